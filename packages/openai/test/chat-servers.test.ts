@@ -174,3 +174,129 @@ describe("ChatCompletionsRunner against real servers' chunk shapes", () => {
     expect(result.turns[0]!.calls.map((c) => [c.callId, c.name])).toEqual([["call_c", "close_accounts"]]);
   });
 });
+
+describe("ChatCompletionsRunner: attacks that hold (each judged by the effect log and by what was committed)", () => {
+  it("STREAM-1 a clean close right after finish_reason (no usage chunk, no [DONE]) is committed: one request per turn, each paid once", async () => {
+    const { client, requests } = serverOf([
+      {
+        done: false,
+        chunks: [
+          chunk({ role: "assistant" }), // a role-only chunk
+          chunk({ tool_calls: [whole(0, "call_a", "send_payment", PAY_ACME)] }),
+          chunk({ tool_calls: [whole(1, "call_b", "send_payment", PAY_BOB)] }, "tool_calls"),
+        ],
+      },
+      // stream_options.include_usage: a usage chunk with no choices after the finish.
+      { chunks: [chunk({ content: "Paid." }), chunk({}, "stop"), { ...chunk({}), choices: [], usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 } }] },
+    ]);
+    const { runner, effects, events } = await setup(client, { params: { stream_options: { include_usage: true } } });
+    const result = await runner.send("conv-close-after-finish", { id: "m1", content: "pay acme and bob" });
+    expect(failures(events)).toEqual([]);
+    expect(requests).toHaveLength(2);
+    expect(effects()).toHaveLength(2);
+    expect(result.turns.map((t) => [t.attempts, t.stopReason, t.text])).toEqual([
+      [1, "tool_calls", ""],
+      [1, "stop", "Paid."],
+    ]);
+  });
+
+  it("identical calls across a cut (empty call ids, finish_reason stop beside calls): ordinals 0 and 1, two payments not three; a re-send reads each result back to its own call", async () => {
+    const { client, requests } = serverOf([
+      // Cut after call 0 is final (call 1 began): call 0 ran.
+      { done: false, chunks: [chunk({ tool_calls: [whole(0, "", "send_payment", PAY_ACME)] }), chunk({ tool_calls: [{ index: 1, id: "", type: "function", function: { name: "send_payment", arguments: '{"payee":' } }] })] },
+      // Some servers say stop although the response has calls; and give every call an empty id.
+      { chunks: [chunk({ tool_calls: [whole(0, "", "send_payment", PAY_ACME), whole(1, "", "send_payment", PAY_ACME)] }), chunk({}, "stop")] },
+      answer("Paid twice."),
+    ]);
+    const { runner, effects, events } = await setup(client);
+    const result = await runner.send("conv-identical", { id: "m1", content: "pay acme twice" });
+    expect(failures(events)).toHaveLength(1);
+    expect(requests).toHaveLength(3);
+    // The retried attempt is the same request as the cut one (STREAM-14).
+    expect(requests[1]).toEqual(requests[0]);
+    const paid = effects();
+    expect(paid).toHaveLength(2);
+    const calls = result.turns[0]!.calls;
+    expect(calls.map((c) => [c.ordinal, c.replayed])).toEqual([
+      [0, true],
+      [1, false],
+    ]);
+    expect(new Set(paid.map((p) => p.idempotencyKey))).toEqual(new Set(calls.map((c) => c.key)));
+    expect(calls[0]!.result).not.toEqual(calls[1]!.result);
+    const again = await runner.send("conv-identical", { id: "m1", content: "pay acme twice" });
+    expect(again.fromStore).toBe(true);
+    expect(again.turns[0]!.calls.map((c) => [c.key, c.result])).toEqual(calls.map((c) => [c.key, c.result]));
+    expect(effects()).toHaveLength(2);
+  });
+
+  it("RECORD-8 the retry's response makes fewer calls than the cut one: acme, paid in the cut attempt, is listed by the committed turn's record", async () => {
+    const { client } = serverOf([
+      { done: false, chunks: [chunk({ tool_calls: [whole(0, "call_a", "send_payment", PAY_ACME)] }), chunk({ tool_calls: [{ index: 1, id: "call_b", type: "function", function: { name: "send_payment", arguments: "" } }] })] },
+      { chunks: [chunk({ tool_calls: [whole(0, "call_c", "send_payment", PAY_BOB)] }), chunk({}, "tool_calls")] },
+      answer("Paid bob."),
+    ]);
+    const { runner, effects, store } = await setup(client);
+    const result = await runner.send("conv-fewer", { id: "m1", content: "pay acme and bob" });
+    const paid = effects();
+    expect(paid).toHaveLength(2);
+    expect(result.turns[0]!.calls.map((c) => c.callId)).toEqual(["call_c"]);
+    const acmeKey = paid.map((p) => p.idempotencyKey).find((k) => k !== result.turns[0]!.calls[0]!.key);
+    expect(result.turns[0]!.record?.calls).toEqual([expect.objectContaining({ key: acmeKey, name: "send_payment", attempt: 1, effect: "happened" })]);
+    expect(JSON.stringify(await store.log("conv-fewer"))).not.toContain("call_a");
+  });
+
+  it("a surrogate pair split across two argument fragments is one character: the same key as the whole call, one payment", async () => {
+    const emoji = { ...PAY_ACME, reference: "INV-\u{1F600}" };
+    const text = JSON.stringify(emoji);
+    const at = text.indexOf("\u{1F600}") + 1; // between the high and the low surrogate
+    const { client } = serverOf([
+      {
+        done: false,
+        chunks: [
+          chunk({ tool_calls: [{ index: 0, id: "call_a", type: "function", function: { name: "send_payment", arguments: text.slice(0, at) } }] }),
+          chunk({ tool_calls: [{ index: 0, function: { arguments: text.slice(at) } }] }),
+          chunk({ tool_calls: [{ index: 1, id: "call_b", type: "function", function: { name: "send_payment", arguments: "" } }] }),
+        ],
+      },
+      { chunks: [chunk({ tool_calls: [whole(0, "call_c", "send_payment", emoji)] }), chunk({}, "tool_calls")] },
+      answer("Paid."),
+    ]);
+    const { runner, effects } = await setup(client);
+    const result = await runner.send("conv-surrogate", { id: "m1", content: "pay acme" });
+    expect(effects()).toHaveLength(1);
+    expect(result.turns[0]!.calls.map((c) => [c.replayed, c.result])).toEqual([[true, expect.objectContaining({ status: "accepted" })]]);
+    expect(result.turns[0]!.record).toBeUndefined();
+  });
+
+  it("text after a complete JSON object for the same call makes it not JSON: never run, committed as the error the model reads", async () => {
+    const { client, requests } = serverOf([
+      {
+        chunks: [
+          chunk({ tool_calls: [whole(0, "call_a", "send_payment", PAY_ACME)] }),
+          chunk({ tool_calls: [{ index: 0, function: { arguments: "}" } }] }),
+          chunk({}, "tool_calls"),
+        ],
+      },
+      answer("Sorry."),
+    ]);
+    const { runner, effects, store } = await setup(client);
+    await runner.send("conv-trailing", { id: "m1", content: "pay acme" });
+    expect(effects()).toEqual([]);
+    const tool = (await flat(store, "conv-trailing")).find((m) => m.role === "tool")!;
+    expect(JSON.parse(tool.content as string)).toMatchObject({ error: { code: "invalid_arguments_json" } });
+    expect(messagesOf(requests[1]!).at(-1)).toEqual(tool);
+  });
+
+  it("an index absent (as Gemini's compatibility layer has sent it): a typed error naming it, nothing run, nothing committed", async () => {
+    const gemini: Body = { chunks: [chunk({ role: "assistant", tool_calls: [whole(undefined, "function-call-1", "send_payment", PAY_ACME)] }), chunk({}, "stop")] };
+    const { client } = serverOf([gemini, gemini]);
+    const { runner, effects, events, store } = await setup(client);
+    const error = await runner.send("conv-gemini", { id: "m1", content: "pay acme" }).catch((e: unknown) => e);
+    expect(TurnFailedError.isInstance(error)).toBe(true);
+    expect(failures(events)).toEqual([expect.stringContaining("chunk.choices[0].delta.tool_calls[0].index"), expect.stringContaining("got undefined")]);
+    expect(effects()).toEqual([]);
+    expect((await flat(store, "conv-gemini")).filter((m) => m.role !== "user")).toEqual([]);
+  });
+});
+
+const messagesOf = (body: Record<string, unknown>) => body.messages as Record<string, unknown>[];
