@@ -51,6 +51,12 @@ export class ChatCompletionsTurnAccumulator extends CallPhases<ChatCallState> {
   content = "";
   /** The `refusal` the response streamed: text the model said instead of an answer. */
   refusal = "";
+  /**
+   * The `reasoning_content` the response streamed (DeepSeek's thinking mode, and servers that
+   * follow it): not the model's words, but its API refuses a later request whose assistant
+   * message with calls lacks it.
+   */
+  reasoningContent = "";
   /** The text (content and refusal) the last applied chunk added, for the runner's text_delta. */
   lastText = "";
   /** The highest tool-call index seen: every call below it is final. */
@@ -142,6 +148,8 @@ export class ChatCompletionsTurnAccumulator extends CallPhases<ChatCallState> {
     }
     if (typeof delta.content === "string") this.content += delta.content;
     if (typeof delta.refusal === "string") this.refusal += delta.refusal;
+    const reasoning: unknown = (delta as { reasoning_content?: unknown }).reasoning_content;
+    if (typeof reasoning === "string") this.reasoningContent += reasoning;
     this.lastText = (typeof delta.content === "string" ? delta.content : "") + (typeof delta.refusal === "string" ? delta.refusal : "");
     if (choice.finish_reason !== null && choice.finish_reason !== undefined) {
       this.finishReason = String(choice.finish_reason);

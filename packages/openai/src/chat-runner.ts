@@ -228,9 +228,12 @@ class ChatCompletionsStream implements StreamProvider<ChatCompletionsTurnAccumul
     const toolCalls = accumulator.toolCalls();
     const text = accumulator.text();
     // The API takes a null content beside tool_calls; a refusal goes back as the model said it.
+    // Reasoning goes back beside calls only: DeepSeek refuses the follow-up without it there, and
+    // its older reasoner refused it anywhere (it made no calls).
     const assistant = {
       role: "assistant",
       content: accumulator.content === "" && toolCalls.length > 0 ? null : accumulator.content,
+      ...(accumulator.reasoningContent !== "" && toolCalls.length > 0 ? { reasoning_content: accumulator.reasoningContent } : {}),
       ...(accumulator.refusal !== "" ? { refusal: accumulator.refusal } : {}),
       ...(toolCalls.length > 0 ? { tool_calls: toolCalls } : {}),
     };

@@ -10,8 +10,11 @@ import { PAY_ACME, PAY_BOB, closeDownstreams, payments } from "./fixtures.js";
 
 afterEach(closeDownstreams);
 
-/** One SSE body: chunk objects (a choice-0 chunk is built from `delta`/`finish`), raw lines, and whether `[DONE]` ends it. */
-type Body = { chunks: (object | string)[]; done?: boolean };
+/**
+ * One SSE body: chunk objects, raw lines, and whether `[DONE]` ends it; `refuse` answers the
+ * request with a 400 instead when it returns a message (a server's validation of what it is sent).
+ */
+type Body = { chunks: (object | string)[]; done?: boolean; refuse?: (request: Record<string, unknown>) => string | undefined };
 
 /** The real SDK over a server that answers request n with bodies[n]. */
 function serverOf(bodies: Body[]): { client: OpenAI; requests: Record<string, unknown>[] } {
@@ -23,6 +26,10 @@ function serverOf(bodies: Body[]): { client: OpenAI; requests: Record<string, un
     fetch: async (_url, init) => {
       requests.push(JSON.parse(String(init?.body)) as Record<string, unknown>);
       const body = bodies[requests.length - 1] ?? { chunks: [] };
+      const refused = body.refuse?.(requests.at(-1)!);
+      if (refused !== undefined) {
+        return new Response(JSON.stringify({ error: { message: refused, type: "invalid_request_error" } }), { status: 400, headers: { "content-type": "application/json" } });
+      }
       const lines = body.chunks.map((c) => (typeof c === "string" ? c : `data: ${JSON.stringify(c)}\n\n`));
       return new Response(`${lines.join("")}${body.done === false ? "" : "data: [DONE]\n\n"}`, { status: 200, headers: { "content-type": "text/event-stream" } });
     },
@@ -88,6 +95,31 @@ const flat = async (store: ConversationStore, conversationId: string) =>
   (await store.log(conversationId)).flatMap((entry) => (Array.isArray(entry) ? entry : [entry])) as Record<string, unknown>[];
 
 describe("ChatCompletionsRunner against real servers' chunk shapes", () => {
+  it("DeepSeek's thinking mode: the reasoning_content of a response with calls is committed with it and sent back (the API refuses the follow-up without it); not the turn's text", async () => {
+    const thinking = (text: string) => chunk({ content: null, reasoning_content: text });
+    const needsReasoning = (request: Record<string, unknown>) =>
+      messagesOf(request).some((m) => m.role === "assistant" && m.tool_calls !== undefined && typeof m.reasoning_content !== "string")
+        ? "The `reasoning_content` in the thinking mode must be passed back to the API."
+        : undefined;
+    const { client, requests } = serverOf([
+      { chunks: [chunk({ role: "assistant", content: null, reasoning_content: "" }), thinking("Acme is owed "), thinking("invoice 1042."), chunk({ tool_calls: [whole(0, "call_0", "send_payment", PAY_ACME)] }), chunk({}, "tool_calls")] },
+      { refuse: needsReasoning, chunks: [thinking("It went through."), chunk({ content: "Paid." }), chunk({}, "stop")] },
+      { refuse: needsReasoning, chunks: [chunk({ content: "Hello." }), chunk({}, "stop")] },
+    ]);
+    const { runner, effects, store } = await setup(client);
+    const result = await runner.send("conv-deepseek", { id: "m1", content: "pay acme" });
+    expect(effects()).toHaveLength(1);
+    expect(result.turns.map((t) => t.text)).toEqual(["", "Paid."]);
+    const log = await flat(store, "conv-deepseek");
+    expect(log.filter((m) => m.role === "assistant")).toEqual([
+      { role: "assistant", content: null, reasoning_content: "Acme is owed invoice 1042.", tool_calls: [{ id: "call_0", type: "function", function: { name: "send_payment", arguments: JSON.stringify(PAY_ACME) } }] },
+      // A response without calls: its reasoning is not needed again (and older servers refused it).
+      { role: "assistant", content: "Paid." },
+    ]);
+    expect(messagesOf(requests[1]!)).toEqual(log.slice(0, 3));
+    expect((await runner.send("conv-deepseek", { id: "m2", content: "hi" })).turns[0]!.text).toBe("Hello.");
+  });
+
   it("Azure's asynchronous content filter: choice-0 annotation chunks without delta (between calls and after the finish) are no failure; each paid once, committed", async () => {
     const annotation = {
       id: "",
