@@ -14,6 +14,11 @@ export interface ChatCallState extends SharedCallState {
   index: number;
   /** `id` (`call_…`): minted per response, so it cannot deduplicate a replay; for the record and the tool message only. */
   callId: string;
+  /**
+   * The call's `extra_content`, as the stream gave it (Gemini's thought signature, which Gemini 3
+   * refuses a later request without); committed with the call and sent back.
+   */
+  extraContent?: unknown;
 }
 
 /** Why a Chat Completions stream ended without establishing its response, as the stream showed it. */
@@ -27,6 +32,9 @@ export interface ChatStreamErrorReport {
   code: string;
   message: string;
 }
+
+/** A `tool_calls` fragment as servers send it: `index` may be absent (Gemini), and `extra_content` present. */
+type Fragment = { index?: number | null; id?: string; function?: { name?: string; arguments?: string }; extra_content?: unknown };
 
 /** The finish reasons that end a response this side commits: the model ended its answer, or waits for its calls' results. */
 const FINISHED = new Set(["stop", "tool_calls", "function_call"]);
@@ -94,6 +102,7 @@ export class ChatCompletionsTurnAccumulator extends CallPhases<ChatCallState> {
         fragments.forEach((f: unknown, i) => checkFragment(f, `chunk.choices[0].delta.tool_calls[${i}]`));
       }
     }
+    const indexes = this.indexesOf((delta.tool_calls ?? []) as Fragment[]);
     this.eventsSeen++;
     this.lastText = "";
     // After a failure nothing more belongs to this attempt; a chunk after the finish may only carry usage.
@@ -107,7 +116,8 @@ export class ChatCompletionsTurnAccumulator extends CallPhases<ChatCallState> {
     }
     if (choice === undefined) return [];
     const completed: ChatCallState[] = [];
-    for (const fragment of delta.tool_calls ?? []) {
+    for (const [i, given] of (delta.tool_calls ?? []).entries()) {
+      const fragment = { ...given, index: indexes[i]! };
       const final = this.finishReason !== undefined || fragment.index < this.highest || this.callAt(fragment.index)?.phase === "complete";
       if (final) {
         // A piece for a call already final (dispatched, maybe run): the arguments that ran are not
@@ -126,9 +136,7 @@ export class ChatCompletionsTurnAccumulator extends CallPhases<ChatCallState> {
           if (done !== undefined) completed.push(done);
         }
         this.highest = fragment.index;
-        const path = "chunk.choices[0].delta.tool_calls[].function";
-        checkEventMembers(fragment as object, { id: "string", function: "object" }, "chunk.choices[0].delta.tool_calls[]", "chat.completion.chunk");
-        checkEventMembers(fragment.function as object, { name: "string" }, path, "chat.completion.chunk");
+        // Its id and name were checked with the chunk (indexesOf).
         this.openCall({ index: fragment.index, callId: fragment.id!, name: fragment.function!.name!, phase: "announced", partialJson: "" });
       }
       const call = this.callAt(fragment.index)!;
@@ -145,6 +153,8 @@ export class ChatCompletionsTurnAccumulator extends CallPhases<ChatCallState> {
       }
       const piece: unknown = fragment.function?.arguments;
       if (typeof piece === "string" && piece !== "") this.appendArguments(call, piece);
+      const extra: unknown = (fragment as Fragment).extra_content;
+      if (extra !== undefined && extra !== null && call.extraContent === undefined) call.extraContent = extra;
     }
     if (typeof delta.content === "string") this.content += delta.content;
     if (typeof delta.refusal === "string") this.refusal += delta.refusal;
@@ -171,16 +181,47 @@ export class ChatCompletionsTurnAccumulator extends CallPhases<ChatCallState> {
     return completed;
   }
 
+  /**
+   * Each fragment's index in the message's `tool_calls`, checked before anything of the chunk is
+   * folded (ERR-1): a fragment that begins a call must name it (`id`, `function.name`). A fragment
+   * without `index` (Gemini's compatibility layer sends none) is read by its `id`, the API
+   * streaming calls in order: a call's id again is that call, a new id the next call; no id
+   * continues the call begun last. Anything else such a reading cannot place fails as a fragment
+   * with an index would (a final call's id again, another name at the call begun last).
+   */
+  private indexesOf(fragments: readonly Fragment[]): number[] {
+    let highest = this.highest;
+    const byId = new Map(this.calls.map((c) => [c.callId, c.index]));
+    return fragments.map((fragment, i) => {
+      const id = fragment.id;
+      const index = typeof fragment.index === "number" ? fragment.index : typeof id === "string" && id !== "" ? (byId.get(id) ?? highest + 1) : Math.max(highest, 0);
+      // After a finish or a failure the fragment is not folded (it fails the stream, or is ignored).
+      if (index > highest && this.finishReason === undefined && this.streamError === undefined) {
+        const path = `chunk.choices[0].delta.tool_calls[${i}]`;
+        checkEventMembers(fragment, { id: "string", function: "object" }, path, "chat.completion.chunk");
+        checkEventMembers(fragment.function as object, { name: "string" }, `${path}.function`, "chat.completion.chunk");
+        highest = index;
+        byId.set(id!, index);
+      }
+      return index;
+    });
+  }
+
   /** The assistant's text: its content, then its refusal (the model's words either way). */
   text(): string {
     return this.content + this.refusal;
   }
 
   /** The completed calls in index order, as the assistant message's `tool_calls`. */
-  toolCalls(): { id: string; type: "function"; function: { name: string; arguments: string } }[] {
+  toolCalls(): { id: string; type: "function"; function: { name: string; arguments: string }; extra_content?: unknown }[] {
     return this.orderedParts()
       .filter((part): part is ChatCallState => "phase" in part && part.phase !== "abandoned" && part.phase !== "announced" && part.phase !== "arguments_streaming")
-      .map((call) => ({ id: call.callId, type: "function", function: { name: call.name, arguments: call.partialJson } }));
+      .map((call) => ({
+        id: call.callId,
+        type: "function",
+        function: { name: call.name, arguments: call.partialJson },
+        ...(call.extraContent !== undefined ? { extra_content: call.extraContent } : {}),
+      }));
   }
 }
 
@@ -192,9 +233,9 @@ export class ChatCompletionsTurnAccumulator extends CallPhases<ChatCallState> {
  */
 function checkFragment(fragment: unknown, path: string): void {
   if (typeof fragment !== "object" || fragment === null) throw new InvalidArgumentError(path, `must be an object, got ${describeValue(fragment)}`);
-  checkEventMembers(fragment, { index: "number" }, path, "chat.completion.chunk");
-  const { index, function: fn } = fragment as { index: number; function?: unknown };
-  if (!Number.isInteger(index) || index < 0) throw new InvalidArgumentError(`${path}.index`, `must be a whole number >= 0 in a chat.completion.chunk event, got ${describeValue(index)}`);
+  const { index, function: fn } = fragment as { index?: unknown; function?: unknown };
+  // Absent (or null): read by the fragment's id (indexesOf).
+  if (index !== undefined && index !== null && (typeof index !== "number" || !Number.isInteger(index) || index < 0)) throw new InvalidArgumentError(`${path}.index`, `must be a whole number >= 0 in a chat.completion.chunk event, got ${describeValue(index)}`);
   if (fn === undefined || fn === null) return;
   if (typeof fn !== "object" || Array.isArray(fn)) throw new InvalidArgumentError(`${path}.function`, `must be an object in a chat.completion.chunk event, got ${describeValue(fn)}`);
   const pieces: unknown = (fn as { arguments?: unknown }).arguments;

@@ -184,6 +184,16 @@ describe("ChatCompletionsRunner against real servers' chunk shapes", () => {
     }
   });
 
+  it("ERR-1 a chunk whose fragment begins a call without naming it changes nothing: the open call before it is not made final (never dispatched half-checked)", () => {
+    const accumulator = new ChatCompletionsTurnAccumulator();
+    accumulator.apply(chunk({ tool_calls: [whole(0, "call_a", "send_payment", PAY_ACME)] }) as never);
+    expect(() => accumulator.apply(chunk({ tool_calls: [{ index: 1, type: "function", function: { name: "send_payment", arguments: "" } }] }) as never)).toThrow(
+      expect.objectContaining({ field: "chunk.choices[0].delta.tool_calls[0].id" }),
+    );
+    expect(accumulator.calls.map((c) => [c.index, c.phase])).toEqual([[0, "arguments_streaming"]]);
+    expect(accumulator.eventsSeen).toBe(1);
+  });
+
   it("a later fragment naming another function at a held index is not this call's: a failed stream, the call never run under either name", async () => {
     const { client } = serverOf([
       {
@@ -204,6 +214,65 @@ describe("ChatCompletionsRunner against real servers' chunk shapes", () => {
     expect(effects()).toEqual([]);
     expect(closed).toEqual([{ account: "acct_9" }]);
     expect(result.turns[0]!.calls.map((c) => [c.callId, c.name])).toEqual([["call_c", "close_accounts"]]);
+  });
+
+  it("Gemini's compatibility layer: calls without index (read by their id), arguments split across indexless deltas, finish_reason stop, thought signatures sent back; a cut retried, each paid once", async () => {
+    const signed = (call: object, signature: string) => ({ ...call, extra_content: { google: { thought_signature: signature } } });
+    const acme = signed(whole(undefined, "function-call-1", "send_payment", PAY_ACME), "sig-acme");
+    const bob = JSON.stringify(PAY_BOB);
+    // Gemini 3 refuses a request whose assistant tool call lacks its thought signature.
+    const needsSignatures = (request: Record<string, unknown>) =>
+      messagesOf(request).some((m) => (m.tool_calls as { extra_content?: unknown }[] | undefined)?.some((c) => c.extra_content === undefined))
+        ? "Function call is missing a thought_signature in functionCall parts."
+        : undefined;
+    const { client, requests } = serverOf([
+      // Cut after acme is final (bob began): acme ran.
+      { done: false, chunks: [chunk({ role: "assistant", tool_calls: [acme] }), chunk({ tool_calls: [signed({ id: "function-call-2", type: "function", function: { name: "send_payment", arguments: bob.slice(0, 9) } }, "sig-bob")] })] },
+      {
+        chunks: [
+          chunk({ role: "assistant", tool_calls: [acme] }),
+          chunk({ tool_calls: [signed({ id: "function-call-2", type: "function", function: { name: "send_payment", arguments: bob.slice(0, 9) } }, "sig-bob")] }),
+          // The rest of bob's arguments: no index, no id.
+          chunk({ tool_calls: [{ function: { arguments: bob.slice(9) } }] }),
+          chunk({}, "stop"),
+        ],
+      },
+      { refuse: needsSignatures, chunks: [chunk({ content: "Both paid." }), chunk({}, "stop")] },
+    ]);
+    const { runner, effects, events, store } = await setup(client);
+    const result = await runner.send("conv-gemini", { id: "m1", content: "pay acme and bob" });
+    expect(failures(events)).toEqual([expect.stringContaining("without finish_reason")]);
+    expect(requests).toHaveLength(3);
+    expect(effects()).toHaveLength(2);
+    expect(result.turns[0]!.calls.map((c) => [c.callId, c.replayed])).toEqual([
+      ["function-call-1", true],
+      ["function-call-2", false],
+    ]);
+    const assistant = (await flat(store, "conv-gemini")).find((m) => m.role === "assistant")!;
+    expect(assistant.tool_calls).toEqual([
+      { id: "function-call-1", type: "function", function: { name: "send_payment", arguments: JSON.stringify(PAY_ACME) }, extra_content: { google: { thought_signature: "sig-acme" } } },
+      { id: "function-call-2", type: "function", function: { name: "send_payment", arguments: bob }, extra_content: { google: { thought_signature: "sig-bob" } } },
+    ]);
+    expect(result.turns[1]!.text).toBe("Both paid.");
+  });
+
+  it("indexless fragments that cannot be one response's calls fail the stream: an earlier call's id again, another function with no id; an index of the wrong type is a typed error", async () => {
+    const { client } = serverOf([
+      { chunks: [chunk({ tool_calls: [whole(undefined, "c1", "send_payment", PAY_ACME)] }), chunk({ tool_calls: [whole(undefined, "c2", "send_payment", PAY_BOB)] }), chunk({ tool_calls: [{ id: "c1", function: { arguments: " " } }] }), chunk({}, "stop")] },
+      { chunks: [chunk({ tool_calls: [{ id: "c3", type: "function", function: { name: "send_payment", arguments: "" } }] }), chunk({ tool_calls: [{ function: { name: "close_accounts", arguments: "{}" } }] }), chunk({}, "stop")] },
+    ]);
+    const { runner, effects, closed, store, events } = await setup(client);
+    const error = await runner.send("conv-indexless", { id: "m1", content: "pay acme and bob" }).catch((e: unknown) => e);
+    expect(TurnFailedError.isInstance(error)).toBe(true);
+    expect(failures(events)).toEqual([expect.stringContaining("tool_call_fragment_after_final"), expect.stringContaining("tool_call_index_reused")]);
+    // acme was final (c2 began) and ran in attempt 1; bob's fragment was final only at the finish, never reached.
+    expect(effects()).toHaveLength(1);
+    expect(closed).toEqual([]);
+    expect((await flat(store, "conv-indexless")).filter((m) => m.role !== "user")).toEqual([]);
+    const accumulator = new ChatCompletionsTurnAccumulator();
+    expect(() => accumulator.apply(chunk({ tool_calls: [{ ...whole(0, "c1", "send_payment", PAY_ACME), index: "0" }] }) as never)).toThrow(
+      expect.objectContaining({ field: "chunk.choices[0].delta.tool_calls[0].index" }),
+    );
   });
 });
 
@@ -317,17 +386,6 @@ describe("ChatCompletionsRunner: attacks that hold (each judged by the effect lo
     const tool = (await flat(store, "conv-trailing")).find((m) => m.role === "tool")!;
     expect(JSON.parse(tool.content as string)).toMatchObject({ error: { code: "invalid_arguments_json" } });
     expect(messagesOf(requests[1]!).at(-1)).toEqual(tool);
-  });
-
-  it("an index absent (as Gemini's compatibility layer has sent it): a typed error naming it, nothing run, nothing committed", async () => {
-    const gemini: Body = { chunks: [chunk({ role: "assistant", tool_calls: [whole(undefined, "function-call-1", "send_payment", PAY_ACME)] }), chunk({}, "stop")] };
-    const { client } = serverOf([gemini, gemini]);
-    const { runner, effects, events, store } = await setup(client);
-    const error = await runner.send("conv-gemini", { id: "m1", content: "pay acme" }).catch((e: unknown) => e);
-    expect(TurnFailedError.isInstance(error)).toBe(true);
-    expect(failures(events)).toEqual([expect.stringContaining("chunk.choices[0].delta.tool_calls[0].index"), expect.stringContaining("got undefined")]);
-    expect(effects()).toEqual([]);
-    expect((await flat(store, "conv-gemini")).filter((m) => m.role !== "user")).toEqual([]);
   });
 });
 
