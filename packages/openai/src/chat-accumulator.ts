@@ -26,9 +26,10 @@ export interface ChatStreamErrorReport {
   /**
    * `finish_reason` for a stop the response ended with for good (`length`, `content_filter`) or
    * one this side does not know; `tool_calls` for a fragment of a call already final (STREAM-20);
-   * `choices` for a choice other than 0.
+   * `choices` for a choice other than 0; `function_call` for a legacy function call (the runner
+   * never sends `functions`, so it would not be dispatched).
    */
-  event: "finish_reason" | "tool_calls" | "choices";
+  event: "finish_reason" | "tool_calls" | "choices" | "function_call";
   code: string;
   message: string;
 }
@@ -115,6 +116,13 @@ export class ChatCompletionsTurnAccumulator extends CallPhases<ChatCallState> {
       return [];
     }
     if (choice === undefined) return [];
+    // A legacy function call (a server that streams one though no functions were sent) is a call
+    // the runner never dispatches: committed, the model's call would read as an empty answer.
+    const legacy: unknown = (delta as { function_call?: unknown }).function_call;
+    if (legacy !== undefined && legacy !== null) {
+      this.streamError = { event: "function_call", code: "legacy_function_call", message: "a legacy function_call delta, which names no tool call (the runner sends tools, never functions)" };
+      return [];
+    }
     const completed: ChatCallState[] = [];
     for (const [i, given] of (delta.tool_calls ?? []).entries()) {
       const fragment = { ...given, index: indexes[i]! };

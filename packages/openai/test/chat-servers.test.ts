@@ -276,6 +276,19 @@ describe("ChatCompletionsRunner against real servers' chunk shapes", () => {
   });
 });
 
+describe("ChatCompletionsRunner: the legacy function_call a server streams anyway", () => {
+  it("a delta.function_call (functions are never sent) is not this side's call: a failed stream, never committed as an empty answer", async () => {
+    const legacy: Body = { chunks: [chunk({ role: "assistant", content: null, function_call: { name: "close_accounts", arguments: '{"account":"acct_9"}' } }), chunk({}, "function_call")] };
+    const { client } = serverOf([legacy, legacy]);
+    const { runner, closed, events, store } = await setup(client);
+    const error = await runner.send("conv-legacy", { id: "m1", content: "close acct_9" }).catch((e: unknown) => e);
+    expect(TurnFailedError.isInstance(error)).toBe(true);
+    expect(failures(events)).toEqual([expect.stringContaining("function_call"), expect.stringContaining("function_call")]);
+    expect(closed).toEqual([]);
+    expect((await flat(store, "conv-legacy")).filter((m) => m.role !== "user")).toEqual([]);
+  });
+});
+
 describe("ChatCompletionsRunner: attacks that hold (each judged by the effect log and by what was committed)", () => {
   it("STREAM-1 a clean close right after finish_reason (no usage chunk, no [DONE]) is committed: one request per turn, each paid once", async () => {
     const { client, requests } = serverOf([
@@ -328,6 +341,22 @@ describe("ChatCompletionsRunner: attacks that hold (each judged by the effect lo
     expect(again.fromStore).toBe(true);
     expect(again.turns[0]!.calls.map((c) => [c.key, c.result])).toEqual(calls.map((c) => [c.key, c.result]));
     expect(effects()).toHaveLength(2);
+  });
+
+  it("a chunk carrying error after a call was final (the SDK throws an APIError): retried, the call answered by the ledger, paid once", async () => {
+    const { client } = serverOf([
+      { done: false, chunks: [chunk({ tool_calls: [whole(0, "call_a", "send_payment", PAY_ACME)] }), chunk({ tool_calls: [whole(1, "call_b", "send_payment", PAY_BOB)] }), { error: { message: "upstream overloaded", type: "server_error" } }] },
+      { chunks: [chunk({ tool_calls: [whole(0, "call_c", "send_payment", PAY_ACME), whole(1, "call_d", "send_payment", PAY_BOB)] }), chunk({}, "tool_calls")] },
+      answer("Paid."),
+    ]);
+    const { runner, effects, events } = await setup(client, { params: { store: true, metadata: { team: "billing" }, seed: 7, parallel_tool_calls: true, logit_bias: { "50256": -100 } } });
+    const result = await runner.send("conv-error-chunk", { id: "m1", content: "pay acme and bob" });
+    expect(failures(events)).toEqual([expect.stringContaining("upstream overloaded")]);
+    expect(effects()).toHaveLength(2);
+    expect(result.turns[0]!.calls.map((c) => [c.callId, c.replayed])).toEqual([
+      ["call_c", true],
+      ["call_d", false],
+    ]);
   });
 
   it("RECORD-8 the retry's response makes fewer calls than the cut one: acme, paid in the cut attempt, is listed by the committed turn's record", async () => {
