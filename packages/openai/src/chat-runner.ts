@@ -70,6 +70,9 @@ export interface ChatCompletionsRunnerOptions extends TurnRunnerOptions {
    * every ledger, once more in each retried attempt: STREAM-19) and `audio` (an audio answer has
    * no text to commit). A `tool_choice` naming anything but a function (`custom`) is refused too.
    * A forcing `tool_choice` goes with the message's first request only (see `resetToolChoice`).
+   * The rest is sent as given, the same in a retried attempt: `store`/`metadata` keep a stored
+   * completion per attempt that no later request reads; a server's own extension that runs a tool
+   * itself (OpenRouter's `plugins`) is not refused and runs once per attempt, outside the ledger.
    * @default none (only the runner's own fields are sent)
    * @example new ChatCompletionsRunner({ client, dispatcher, store, model, tools, params: { temperature: 0, parallel_tool_calls: true, stream_options: { include_usage: true } } })
    */
