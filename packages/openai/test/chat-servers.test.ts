@@ -14,7 +14,7 @@ afterEach(closeDownstreams);
  * One SSE body: chunk objects, raw lines, and whether `[DONE]` ends it; `refuse` answers the
  * request with a 400 instead when it returns a message (a server's validation of what it is sent).
  */
-type Body = { chunks: (object | string)[]; done?: boolean; refuse?: (request: Record<string, unknown>) => string | undefined };
+type Body = { chunks: (object | string)[]; done?: boolean; refuse?: (request: Record<string, unknown>) => string | undefined; bytesPerRead?: number; cutBytes?: number };
 
 /** The real SDK over a server that answers request n with bodies[n]. */
 function serverOf(bodies: Body[]): { client: OpenAI; requests: Record<string, unknown>[] } {
@@ -31,7 +31,18 @@ function serverOf(bodies: Body[]): { client: OpenAI; requests: Record<string, un
         return new Response(JSON.stringify({ error: { message: refused, type: "invalid_request_error" } }), { status: 400, headers: { "content-type": "application/json" } });
       }
       const lines = body.chunks.map((c) => (typeof c === "string" ? c : `data: ${JSON.stringify(c)}\n\n`));
-      return new Response(`${lines.join("")}${body.done === false ? "" : "data: [DONE]\n\n"}`, { status: 200, headers: { "content-type": "text/event-stream" } });
+      const encoded = new TextEncoder().encode(`${lines.join("")}${body.done === false ? "" : "data: [DONE]\n\n"}`);
+      const bytes = encoded.slice(0, encoded.length - (body.cutBytes ?? 0));
+      // The body in reads of a few bytes: a read may end inside a UTF-8 sequence.
+      const step = body.bytesPerRead ?? bytes.length;
+      let at = 0;
+      const stream = new ReadableStream<Uint8Array>({
+        pull(controller) {
+          if (at >= bytes.length) return controller.close();
+          controller.enqueue(bytes.slice(at, (at += step)));
+        },
+      });
+      return new Response(stream, { status: 200, headers: { "content-type": "text/event-stream" } });
     },
   });
   return { client, requests };
@@ -375,25 +386,32 @@ describe("ChatCompletionsRunner: attacks that hold (each judged by the effect lo
     expect(JSON.stringify(await store.log("conv-fewer"))).not.toContain("call_a");
   });
 
-  it("a surrogate pair split across two argument fragments is one character: the same key as the whole call, one payment", async () => {
+  it("a surrogate pair split across two argument fragments, and the body read 5 bytes at a time (reads ending inside UTF-8 sequences), is one character: the same key as the whole call, one payment", async () => {
     const emoji = { ...PAY_ACME, reference: "INV-\u{1F600}" };
     const text = JSON.stringify(emoji);
     const at = text.indexOf("\u{1F600}") + 1; // between the high and the low surrogate
     const { client } = serverOf([
       {
         done: false,
+        bytesPerRead: 5,
         chunks: [
           chunk({ tool_calls: [{ index: 0, id: "call_a", type: "function", function: { name: "send_payment", arguments: text.slice(0, at) } }] }),
           chunk({ tool_calls: [{ index: 0, function: { arguments: text.slice(at) } }] }),
           chunk({ tool_calls: [{ index: 1, id: "call_b", type: "function", function: { name: "send_payment", arguments: "" } }] }),
         ],
       },
-      { chunks: [chunk({ tool_calls: [whole(0, "call_c", "send_payment", emoji)] }), chunk({}, "tool_calls")] },
-      answer("Paid."),
+      { bytesPerRead: 5, chunks: [chunk({ tool_calls: [whole(0, "call_c", "send_payment", emoji)] }), chunk({}, "tool_calls")] },
+      // Cut inside the emoji's UTF-8 bytes of the answer after the finish: the turn stands as the finish left it.
+      // (the last 9 bytes: the line's closing `"}}]}` and its two newlines, 7 bytes, and the emoji's last 2 of its 4).
+      { done: false, cutBytes: 9, chunks: [chunk({ content: "Paid \u{1F600}" }, "stop"), `data: {"id":"chatcmpl-1","choices":[{"index":0,"delta":{"content":"\u{1F600}"}}]}\n\n`] },
     ]);
     const { runner, effects } = await setup(client);
     const result = await runner.send("conv-surrogate", { id: "m1", content: "pay acme" });
     expect(effects()).toHaveLength(1);
+    expect(result.turns.map((t) => [t.attempts, t.text])).toEqual([
+      [2, ""],
+      [1, "Paid \u{1F600}"],
+    ]);
     expect(result.turns[0]!.calls.map((c) => [c.replayed, c.result])).toEqual([[true, expect.objectContaining({ status: "accepted" })]]);
     expect(result.turns[0]!.record).toBeUndefined();
   });
