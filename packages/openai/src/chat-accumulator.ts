@@ -102,6 +102,7 @@ export class ChatCompletionsTurnAccumulator extends CallPhases<ChatCallState> {
         if (!Array.isArray(fragments)) throw new InvalidArgumentError("chunk.choices[0].delta.tool_calls", `must be an array, got ${describeValue(fragments)}`);
         fragments.forEach((f: unknown, i) => checkFragment(f, `chunk.choices[0].delta.tool_calls[${i}]`));
       }
+      checkContent(delta.content);
     }
     const indexes = this.indexesOf((delta.tool_calls ?? []) as Fragment[]);
     this.eventsSeen++;
@@ -113,6 +114,12 @@ export class ChatCompletionsTurnAccumulator extends CallPhases<ChatCallState> {
     const other = chunk.choices.find((c) => c?.index !== 0);
     if (other !== undefined) {
       this.streamError = { event: "choices", code: "second_choice", message: `a choice with index ${describeValue(other.index)} in a stream that asked for one` };
+      return [];
+    }
+    // Choice 0 twice in one chunk: folding one would drop the other's pieces (an argument fragment
+    // dropped can leave other arguments that parse: "1" of "100"), and no order between them is given.
+    if (chunk.choices.filter((c) => c?.index === 0).length > 1) {
+      this.streamError = { event: "choices", code: "repeated_choice", message: "choice 0 twice in one chunk" };
       return [];
     }
     if (choice === undefined) return [];
@@ -164,11 +171,12 @@ export class ChatCompletionsTurnAccumulator extends CallPhases<ChatCallState> {
       const extra: unknown = (fragment as Fragment).extra_content;
       if (extra !== undefined && extra !== null && call.extraContent === undefined) call.extraContent = extra;
     }
-    if (typeof delta.content === "string") this.content += delta.content;
+    const content = contentText(delta.content);
+    this.content += content;
     if (typeof delta.refusal === "string") this.refusal += delta.refusal;
     const reasoning: unknown = (delta as { reasoning_content?: unknown }).reasoning_content;
     if (typeof reasoning === "string") this.reasoningContent += reasoning;
-    this.lastText = (typeof delta.content === "string" ? delta.content : "") + (typeof delta.refusal === "string" ? delta.refusal : "");
+    this.lastText = content + (typeof delta.refusal === "string" ? delta.refusal : "");
     if (choice.finish_reason !== null && choice.finish_reason !== undefined) {
       this.finishReason = String(choice.finish_reason);
       if (FINISHED.has(this.finishReason)) {
@@ -250,4 +258,26 @@ function checkFragment(fragment: unknown, path: string): void {
   if (pieces !== undefined && pieces !== null && typeof pieces !== "string") {
     throw new InvalidArgumentError(`${path}.function.arguments`, `must be a string (a piece of the arguments' JSON text) in a chat.completion.chunk event, got ${describeValue(pieces)}`);
   }
+}
+
+/**
+ * A delta's `content`: a string, or (Mistral's magistral) an array of parts, checked before
+ * anything of the chunk is folded (ERR-1).
+ */
+function checkContent(content: unknown): void {
+  if (content === undefined || content === null || typeof content === "string") return;
+  if (!Array.isArray(content)) throw new InvalidArgumentError("chunk.choices[0].delta.content", `must be a string or an array of content parts in a chat.completion.chunk event, got ${describeValue(content)}`);
+  content.forEach((part: unknown, i) => {
+    if (typeof part !== "object" || part === null || typeof (part as { type?: unknown }).type !== "string") {
+      throw new InvalidArgumentError(`chunk.choices[0].delta.content[${i}]`, `must be a content part (an object with a string type) in a chat.completion.chunk event, got ${describeValue(part)}`);
+    }
+    if ((part as { type: string }).type === "text") checkEventMembers(part, { text: "string" }, `chunk.choices[0].delta.content[${i}]`, "chat.completion.chunk");
+  });
+}
+
+/** The model's words a (checked) delta content carries: the string, or its text parts; a thinking part is not its words. */
+function contentText(content: unknown): string {
+  if (typeof content === "string") return content;
+  if (!Array.isArray(content)) return "";
+  return (content as { type: string; text?: string }[]).flatMap((part) => (part.type === "text" ? [part.text!] : [])).join("");
 }

@@ -287,6 +287,39 @@ describe("ChatCompletionsRunner against real servers' chunk shapes", () => {
   });
 });
 
+describe("ChatCompletionsRunner: content as parts, and choice 0 twice in one chunk", () => {
+  it("Mistral's magistral: content streamed as parts (thinking, then text) commits the text parts as the model's words, the thinking not", async () => {
+    const thinking = (text: string) => chunk({ content: [{ type: "thinking", thinking: [{ type: "text", text }] }] });
+    const { client } = serverOf([{ chunks: [chunk({ role: "assistant", content: "" }), thinking("A greeting"), thinking(", I answer it."), chunk({ content: [{ type: "text", text: "Hello" }] }), chunk({ content: " there." }), chunk({}, "stop")] }]);
+    const { runner, store, events } = await setup(client);
+    const result = await runner.send("conv-mistral", { id: "m1", content: "hi" });
+    expect(result.turns[0]!.text).toBe("Hello there.");
+    expect((await flat(store, "conv-mistral")).at(-1)).toEqual({ role: "assistant", content: "Hello there." });
+    expect(events.filter((e) => e.type === "text_delta").map((e) => (e as { text: string }).text)).toEqual(["Hello", " there."]);
+    const accumulator = new ChatCompletionsTurnAccumulator();
+    expect(() => accumulator.apply(chunk({ content: 5 }) as never)).toThrow(expect.objectContaining({ field: "chunk.choices[0].delta.content" }));
+  });
+
+  it("choice 0 twice in one chunk (a fragment in each): not one response's stream, a failed stream; never a call run with the second's fragment dropped", async () => {
+    const twice = {
+      ...chunk({}),
+      choices: [
+        { index: 0, delta: { tool_calls: [{ index: 0, function: { arguments: "1" } }] }, finish_reason: null },
+        { index: 0, delta: { tool_calls: [{ index: 0, function: { arguments: "00" } }] }, finish_reason: null },
+      ],
+    };
+    const body: Body = { chunks: [chunk({ tool_calls: [{ index: 0, id: "call_a", type: "function", function: { name: "send_payment", arguments: '{"payee":"acme","currency":"EUR","reference":"INV-1","amount":' } }] }), twice, chunk({ tool_calls: [{ index: 0, function: { arguments: "}" } }] }), chunk({}, "tool_calls")] };
+    const { client } = serverOf([body, body]);
+    const { runner, effects, events, store } = await setup(client);
+    const error = await runner.send("conv-twice", { id: "m1", content: "pay acme 100" }).catch((e: unknown) => e);
+    // Read as the first entry only, acme was paid 1, not 100, and that was committed.
+    expect(JSON.stringify(await store.log("conv-twice"))).not.toContain('\\"amount\\":1}');
+    expect(effects()).toEqual([]);
+    expect(TurnFailedError.isInstance(error)).toBe(true);
+    expect(failures(events)).toEqual([expect.stringContaining("repeated_choice"), expect.stringContaining("repeated_choice")]);
+  });
+});
+
 describe("ChatCompletionsRunner: the legacy function_call a server streams anyway", () => {
   it("a delta.function_call (functions are never sent) is not this side's call: a failed stream, never committed as an empty answer", async () => {
     const legacy: Body = { chunks: [chunk({ role: "assistant", content: null, function_call: { name: "close_accounts", arguments: '{"account":"acct_9"}' } }), chunk({}, "function_call")] };
