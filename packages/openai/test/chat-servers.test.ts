@@ -403,6 +403,22 @@ describe("ChatCompletionsRunner: attacks that hold (each judged by the effect lo
     ]);
   });
 
+  it("a re-worded re-run (the memo, not an identity field, differs): the ledger answers it under the cut attempt's key; the committed call is the retry's words with the first run's result", async () => {
+    const { client } = serverOf([
+      { done: false, chunks: [chunk({ tool_calls: [whole(0, "call_a", "send_payment", PAY_ACME)] }), chunk({ tool_calls: [{ index: 1, id: "call_b", type: "function", function: { name: "send_payment", arguments: "" } }] })] },
+      { chunks: [chunk({ tool_calls: [whole(0, "call_c", "send_payment", { ...PAY_ACME, memo: "Inv. 1042" })] }), chunk({}, "tool_calls")] },
+      answer("Paid."),
+    ]);
+    const { runner, effects, store } = await setup(client);
+    const result = await runner.send("conv-reworded", { id: "m1", content: "pay acme" });
+    const paid = effects();
+    expect(paid).toHaveLength(1);
+    expect(result.turns[0]!.calls).toEqual([expect.objectContaining({ callId: "call_c", replayed: true, key: paid[0]!.idempotencyKey, result: expect.objectContaining({ paymentId: paid[0]!.paymentId }) })]);
+    const log = await flat(store, "conv-reworded");
+    expect((log.find((m) => m.role === "assistant")!.tool_calls as { function: { arguments: string } }[])[0]!.function.arguments).toContain("Inv. 1042");
+    expect(JSON.parse(log.find((m) => m.role === "tool")!.content as string)).toMatchObject({ paymentId: paid[0]!.paymentId });
+  });
+
   it("RECORD-8 the retry's response makes fewer calls than the cut one: acme, paid in the cut attempt, is listed by the committed turn's record", async () => {
     const { client } = serverOf([
       { done: false, chunks: [chunk({ tool_calls: [whole(0, "call_a", "send_payment", PAY_ACME)] }), chunk({ tool_calls: [{ index: 1, id: "call_b", type: "function", function: { name: "send_payment", arguments: "" } }] })] },
