@@ -177,7 +177,8 @@ export class ChatCompletionsTurnAccumulator extends CallPhases<ChatCallState> {
     const reasoning: unknown = (delta as { reasoning_content?: unknown }).reasoning_content;
     if (typeof reasoning === "string") this.reasoningContent += reasoning;
     this.lastText = content + (typeof delta.refusal === "string" ? delta.refusal : "");
-    if (choice.finish_reason !== null && choice.finish_reason !== undefined) {
+    // "" is no finish: SGLang and older Ollama send it on every chunk before the last.
+    if (choice.finish_reason !== null && choice.finish_reason !== undefined && (choice.finish_reason as string) !== "") {
       this.finishReason = String(choice.finish_reason);
       if (FINISHED.has(this.finishReason)) {
         for (const call of this.openCalls()) {

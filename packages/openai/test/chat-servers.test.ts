@@ -163,6 +163,22 @@ describe("ChatCompletionsRunner against real servers' chunk shapes", () => {
     expect((await flat(store, "conv-azure")).filter((m) => m.role === "tool").map((m) => m.tool_call_id)).toEqual(["call_a", "call_b"]);
   });
 
+  it("finish_reason \"\" on every chunk before the last (SGLang, older Ollama) is no finish: the calls complete at the real one, each paid once", async () => {
+    const going = (delta: object) => ({ ...chunk(delta), choices: [{ index: 0, delta, finish_reason: "" }] });
+    const { client } = serverOf([
+      { chunks: [going({ role: "assistant", content: "Paying." }), going({ tool_calls: [whole(0, "call_a", "send_payment", PAY_ACME)] }), going({ tool_calls: [whole(1, "call_b", "send_payment", PAY_BOB)] }), chunk({}, "tool_calls")] },
+      { chunks: [going({ content: "Done." }), chunk({}, "stop")] },
+    ]);
+    const { runner, effects, events } = await setup(client);
+    const result = await runner.send("conv-empty-finish", { id: "m1", content: "pay acme and bob" });
+    expect(failures(events)).toEqual([]);
+    expect(effects()).toHaveLength(2);
+    expect(result.turns.map((t) => [t.stopReason, t.text])).toEqual([
+      ["tool_calls", "Paying."],
+      ["stop", "Done."],
+    ]);
+  });
+
   it("arguments sent as a JSON object, not a string: the call never runs with other arguments ({}); a failed stream naming the field, nothing committed", async () => {
     // A server that sends the arguments as an object (Ollama's native shape) behind a compatible endpoint.
     const bad: Body = { chunks: [chunk({ role: "assistant", tool_calls: [{ index: 0, id: "call_a", type: "function", function: { name: "close_accounts", arguments: { account: "acct_9" } } }] }), chunk({}, "tool_calls")] };
