@@ -16,6 +16,7 @@ import {
   type TurnRunnerOptions,
 } from "@dispatch-once/runner";
 import { ChatCompletionsTurnAccumulator } from "./chat-accumulator.js";
+import { checkTools, isErrorOutput, parsedArguments } from "./openai-shared.js";
 
 type Chunk = OpenAI.Chat.Completions.ChatCompletionChunk;
 
@@ -274,7 +275,7 @@ class ChatCompletionsStream implements StreamProvider<ChatCompletionsTurnAccumul
       calls: (Array.isArray(message.tool_calls) ? message.tool_calls : []).map((c) => {
         const result = results.get(c.id ?? "")?.shift();
         const input = parsedArguments(c.function?.arguments);
-        return { callId: c.id ?? "", name: c.function?.name ?? "", ...(input !== undefined ? { input } : {}), ...readStoredResult(result, isErrorContent(result)) };
+        return { callId: c.id ?? "", name: c.function?.name ?? "", ...(input !== undefined ? { input } : {}), ...readStoredResult(result, isErrorOutput(result)) };
       }),
     };
   }
@@ -287,28 +288,7 @@ function contentText(content: unknown): string {
   return (content as { type?: unknown; text?: unknown }[]).flatMap((p) => (p.type === "text" && typeof p.text === "string" ? [p.text] : [])).join("");
 }
 
-/** A committed call's arguments text, parsed; undefined when it is not JSON (the call was never dispatched). */
-function parsedArguments(text: unknown): unknown {
-  if (typeof text !== "string") return undefined;
-  try {
-    return JSON.parse(text) as unknown;
-  } catch {
-    return undefined;
-  }
-}
 
-/** Whether a stored tool message is the runner's `{ error }` answer (an object whose only member is a stored error). */
-function isErrorContent(content: unknown): boolean {
-  if (typeof content !== "string") return false;
-  try {
-    const parsed = JSON.parse(content) as unknown;
-    if (parsed === null || typeof parsed !== "object" || Array.isArray(parsed)) return false;
-    const error = (parsed as { error?: { name?: unknown; message?: unknown } }).error;
-    return Object.keys(parsed).length === 1 && typeof error?.name === "string" && typeof error.message === "string";
-  } catch {
-    return false;
-  }
-}
 
 /** Core's tool schema as a Chat Completions function tool; not strict, since a zod schema need not meet strict mode's rules. */
 function functionTool(tool: ProviderToolSchema): OpenAI.Chat.Completions.ChatCompletionFunctionTool {
@@ -349,13 +329,3 @@ export class ChatCompletionsRunner extends TurnRunner<ChatCompletionsTurnAccumul
 
 const PROVIDER_OPTIONS: readonly (keyof ChatCompletionsRunnerOptions)[] = ["client", "model", "tools", "instructions", "maxCompletionTokens", "params", "resetToolChoice"];
 
-/** Each tool must be a provider schema (a name and an object `input_schema`), as on the Responses side. */
-function checkTools(tools: unknown): void {
-  if (!Array.isArray(tools)) throw new InvalidArgumentError("options.tools", "must be an array of provider tool schemas (registry.providerSchemas())");
-  tools.forEach((tool: unknown, i) => {
-    const t = tool as { name?: unknown; input_schema?: unknown } | null;
-    if (typeof t !== "object" || t === null || typeof t.name !== "string" || t.name === "" || typeof t.input_schema !== "object" || t.input_schema === null) {
-      throw new InvalidArgumentError(`options.tools[${i}]`, `must be a provider tool schema ({ name, input_schema }, from registry.providerSchemas()), got ${describeValue(tool)}`);
-    }
-  });
-}

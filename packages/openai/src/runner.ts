@@ -16,6 +16,7 @@ import {
   type TurnRunnerOptions,
 } from "@dispatch-once/runner";
 import { ResponsesTurnAccumulator } from "./accumulator.js";
+import { checkTools, isErrorOutput, parsedArguments } from "./openai-shared.js";
 
 type StreamEvent = OpenAI.Responses.ResponseStreamEvent;
 
@@ -318,16 +319,6 @@ function messageText(content: unknown): string {
     .join("");
 }
 
-/** A committed call's arguments text, parsed; undefined when it is not JSON (the call was never dispatched). */
-function parsedArguments(text: unknown): unknown {
-  if (typeof text !== "string") return undefined;
-  try {
-    return JSON.parse(text) as unknown;
-  } catch {
-    return undefined;
-  }
-}
-
 /** Core's tool schema as a Responses function tool; not strict, since a zod schema need not meet strict mode's rules. */
 function functionTool(tool: ProviderToolSchema): OpenAI.Responses.FunctionTool {
   return {
@@ -337,24 +328,6 @@ function functionTool(tool: ProviderToolSchema): OpenAI.Responses.FunctionTool {
     parameters: tool.input_schema,
     strict: false,
   };
-}
-
-/**
- * Whether a stored output is the runner's `{ error }` answer. The API keeps no error flag, so
- * this reads the shape the runner writes (an object whose only member is a stored error); it
- * only decides how a turn read back from the store is reported.
- */
-function isErrorOutput(output: unknown): boolean {
-  if (typeof output !== "string") return false;
-  try {
-    const parsed = JSON.parse(output) as unknown;
-    if (parsed === null || typeof parsed !== "object" || Array.isArray(parsed)) return false;
-    const keys = Object.keys(parsed);
-    const error = (parsed as { error?: { name?: unknown; message?: unknown } }).error;
-    return keys.length === 1 && typeof error?.name === "string" && typeof error.message === "string";
-  } catch {
-    return false;
-  }
 }
 
 /**
@@ -387,17 +360,3 @@ export class ConversationRunner extends TurnRunner<ResponsesTurnAccumulator, Str
 
 const PROVIDER_OPTIONS: readonly (keyof ConversationRunnerOptions)[] = ["client", "model", "tools", "instructions", "maxOutputTokens", "params", "resetToolChoice"];
 
-/**
- * Each tool must be a provider schema (a name and an object `input_schema`): a tool definition or
- * the registry itself would be sent without parameters, and the API refuses the request (or the
- * model calls the tool with no schema) on every send.
- */
-function checkTools(tools: unknown): void {
-  if (!Array.isArray(tools)) throw new InvalidArgumentError("options.tools", "must be an array of provider tool schemas (registry.providerSchemas())");
-  tools.forEach((tool: unknown, i) => {
-    const t = tool as { name?: unknown; input_schema?: unknown } | null;
-    if (typeof t !== "object" || t === null || typeof t.name !== "string" || t.name === "" || typeof t.input_schema !== "object" || t.input_schema === null) {
-      throw new InvalidArgumentError(`options.tools[${i}]`, `must be a provider tool schema ({ name, input_schema }, from registry.providerSchemas()), got ${describeValue(tool)}`);
-    }
-  });
-}
