@@ -10,8 +10,11 @@ import {
   scriptFromPlans as openAIScript,
   startMockOpenAI,
   text as textItem,
+  responsesView,
   type Fault as OpenAIFault,
   type FaultPosition as OpenAIPosition,
+  type MockOpenAI,
+  type Script as OpenAIMockScript,
   type ScriptedResponse,
 } from "@dispatch-once/mock-openai";
 import {
@@ -25,20 +28,29 @@ import {
   type Fault as AnthropicFault,
   type FaultPosition as AnthropicPosition,
 } from "@dispatch-once/mock-provider";
-import { ConversationRunner as OpenAIRunner } from "@dispatch-once/openai";
+import { ChatCompletionsRunner, ConversationRunner as OpenAIRunner } from "@dispatch-once/openai";
 import type { SendResult, TurnRunnerOptions } from "@dispatch-once/runner";
 import OpenAI from "openai";
 import { fitCut, splicedCalls, type PlannedCall, type SplicePlan, type StreamCut } from "./scenario.js";
 
-/** The stream sides the kit's turn runner drives (their planted bugs replace the runner's parts). */
-export type RunnerProviderName = "anthropic" | "openai";
+/**
+ * The stream sides the kit's turn runner drives (their planted bugs replace the runner's parts):
+ * the Messages API, the Responses API, and Chat Completions (`"openai-chat"`, the one API most
+ * OpenAI-compatible servers speak) over apps/mock-openai's `/v1/chat/completions`.
+ */
+export type RunnerProviderName = "anthropic" | "openai" | "openai-chat";
 
-export const RUNNER_PROVIDERS: readonly RunnerProviderName[] = ["anthropic", "openai"];
+/**
+ * The runner's stream sides the kit's planted-bug suites run on, each planted test once per side.
+ * `"openai-chat"` is not among them (CI's budget): its certification and its planted bugs are
+ * test/e2e.test.ts's and test/e2e-chat-planted.test.ts's.
+ */
+export const RUNNER_PROVIDERS = ["anthropic", "openai"] as const satisfies readonly RunnerProviderName[];
 
 /** The stream sides the end-to-end level runs on: the runner's, and an AI SDK app's (ai-sdk-case.ts). */
 export type ProviderName = RunnerProviderName | "ai-sdk";
 
-export const PROVIDERS: readonly ProviderName[] = [...RUNNER_PROVIDERS, "ai-sdk"];
+export const PROVIDERS: readonly ProviderName[] = [...RUNNER_PROVIDERS, "openai-chat", "ai-sdk"];
 
 /** A committed call as the oracle reads it, whatever the provider's wire shape. */
 export interface CommittedCall {
@@ -162,8 +174,10 @@ const stepsOf = (plans: Map<string, PlannedCall[][]>, text: string | undefined):
  * name (world.ts DEPLOYED_PAYMENT `rename`): the only name it is offered, so the one it calls.
  */
 function asOffered(request: object, calls: PlannedCall[]): PlannedCall[] {
-  const tools = (request as { tools?: { name?: unknown }[] }).tools;
-  if (!Array.isArray(tools) || !tools.some((t) => t?.name === RENAMED_PAYMENT) || tools.some((t) => t?.name === "send_payment")) return calls;
+  // A Responses tool names itself (`name`), a Chat Completions one in its `function` (`function.name`).
+  const tools = (request as { tools?: { name?: unknown; function?: { name?: unknown } }[] }).tools;
+  const named = (name: string) => Array.isArray(tools) && tools.some((t) => (t?.name ?? t?.function?.name) === name);
+  if (!named(RENAMED_PAYMENT) || named("send_payment")) return calls;
   return calls.map((c) => (c.tool === "send_payment" ? { ...c, tool: RENAMED_PAYMENT as PlannedCall["tool"] } : c));
 }
 /** The payment tool's name after a rename (world.ts DEPLOYED_PAYMENT; not imported: world.ts imports this module). */
@@ -461,65 +475,97 @@ function openAIStep(input: unknown): number {
   return step;
 }
 
+/**
+ * How the kit's plans render on one API of apps/mock-openai (the Responses API, Chat Completions):
+ * the scripted response making a step's calls, and a planned cut as that API's fault position.
+ */
+interface OpenAIMockShape {
+  /** The model's response making `calls` for the user text `text` (none: its text answer). */
+  responseOf(calls: PlannedCall[], text: string): ScriptedResponse;
+  /** The response a proxy splices into another's body (refused where the API has no splices). */
+  splicedOf(calls: PlannedCall[], text: string): ScriptedResponse;
+  /** The cut as this API's fault position, on a response that makes `calls` calls. */
+  position(cut: StreamCut, calls: number): OpenAIPosition;
+}
+
+/**
+ * Programs apps/mock-openai for a case (ProviderSide.program), whichever API the runner speaks: the
+ * mock hands the script and the fault plan a Chat Completions request as the Responses request it
+ * amounts to (`responsesView`), so the user text, the tool loop's step and the attempt read alike.
+ */
+function programOpenAIMock(
+  mock: MockOpenAI,
+  setScript: (script: OpenAIMockScript) => void,
+  shape: OpenAIMockShape,
+  [plans, cutFor, reruns, onRerun, splices, onSplice]: Parameters<ProviderSide["program"]>,
+): void {
+  const { responseOf, splicedOf } = shape;
+  const marks = rerunMarks(reruns, onRerun);
+  const splicing = spliceMarks(splices, onSplice);
+  const scripted: Record<string, ScriptedResponse[]> = {};
+  for (const [text, steps] of plans) scripted[text] = steps.map((calls) => responseOf(calls, text));
+  // The mock's own plans answer tool results with text; the kit's tool loop plays step n
+  // after the n-th batch of function_call_output items that follows the user's text.
+  const fallback = openAIScript({});
+  setScript((request) => {
+    const text = openAIUserText(request);
+    const steps = text === undefined ? undefined : scripted[text];
+    if (steps === undefined) return fallback(request);
+    const step = openAIStep(request.input);
+    // The response a proxy splices in (the fault plan below marked the request), asked for second.
+    const second = splicing.second(request);
+    if (second !== undefined) return splicedOf(asOffered(request, second), text!);
+    // A re-run the model answers differently (the fault plan below marked the request).
+    const rerun = marks.of(request);
+    if (rerun !== undefined) return responseOf(asOffered(request, rerun), text!);
+    const planned = plans.get(text!)?.[step];
+    const offered = planned === undefined ? undefined : asOffered(request, planned);
+    return offered !== undefined && offered !== planned ? responseOf(offered, text!) : (steps[step] ?? responseOf([], text!));
+  });
+  // The mock records every request; nothing reads them across cases, and a certification
+  // makes thousands. Attempt numbers restart too, harmlessly: each case's texts are its own.
+  mock.clearRequests();
+  mock.setFaultPlan((request, info) => {
+    const step = openAIStep(request.input);
+    const loop = openAIUserText(request);
+    const rerun = marks.mark(request, loop, step, info.attempt);
+    const text = step === 0 ? lastUserMessage(request.input) : stepsOf(plans, loop) > step ? loop : undefined;
+    const cut = text === undefined ? undefined : cutFor(text, info.attempt, step);
+    const planned = cut === undefined || rerun === undefined ? cut : fitCut(cut, rerun.length);
+    if (planned === undefined) {
+      const user = text ?? "";
+      const splice = splicing.mark(request, text, step, info.attempt, rerun ?? plans.get(user)?.[step] ?? [], reruns?.get(user)?.[step] ?? plans.get(user)?.[step] ?? []);
+      if (splice === undefined) return undefined;
+      const at: OpenAIPosition = { afterCallDone: splice.afterCall };
+      if (splice.plan.shape === "restart") return { kind: "splice", at, responseCreated: true };
+      return splice.plan.shape === "headless" ? { kind: "splice", at, responseCreated: false, lead: SPLICE_LEAD } : { kind: "splice", at, responseCreated: false };
+    }
+    // The calls the script answers this request with (as above): an `{ event }` cut is placed among them.
+    const calls = rerun ?? (loop === undefined ? undefined : plans.get(loop)?.[step]) ?? [];
+    const fault: OpenAIFault = { kind: planned.kind, at: shape.position(planned, calls.length) };
+    return fault;
+  });
+}
+
 async function openAISide(): Promise<ProviderSide> {
   // The mock takes its script once; the kit re-programs it per case through this indirection.
   let script = openAIScript({});
   const mock = await startMockOpenAI({ script: (request) => script(request) });
+  // A reasoning model's way (as gpt-5's and the o-series'): each response reasons first, an item
+  // with a fresh id and encrypted content per response, which the committed turn keeps and sends
+  // back (STREAM-15); its text answers too (the closing "Done." of a tool loop), whose message the
+  // turn keeps beside it as delivered, named by its msg_ id. No draw: each seed's scenarios are what
+  // they were. A spliced response (the fault plan's, asked for second) answers as before.
+  const responseOf = (calls: PlannedCall[], text: string) =>
+    calls.length === 0 ? respond(reasoning(`Tell what ${text} did.`), textItem("Done.")) : respond(reasoning(`Do what ${text} asks.`), ...calls.map((c) => call(c.tool, c.args, rewordOf(c))));
+  const shape: OpenAIMockShape = {
+    responseOf,
+    splicedOf: (calls, text) => (calls.length === 0 ? say("Done.") : responseOf(calls, text)),
+    position: (cut) => openAIPosition(cut),
+  };
   return {
     name: "openai",
-    program(plans, cutFor, reruns, onRerun, splices, onSplice) {
-      // A reasoning model's way (as gpt-5's and the o-series'): each response reasons first, an item
-      // with a fresh id and encrypted content per response, which the committed turn keeps and sends
-      // back (STREAM-15); its text answers too (the closing "Done." of a tool loop), whose message the
-      // turn keeps beside it as delivered, named by its msg_ id. No draw: each seed's scenarios are what
-      // they were. A spliced response (the fault plan's, asked for second) answers as before.
-      const responseOf = (calls: PlannedCall[], text: string) =>
-        calls.length === 0 ? respond(reasoning(`Tell what ${text} did.`), textItem("Done.")) : respond(reasoning(`Do what ${text} asks.`), ...calls.map((c) => call(c.tool, c.args, rewordOf(c))));
-      const splicedOf = (calls: PlannedCall[], text: string) => (calls.length === 0 ? say("Done.") : responseOf(calls, text));
-      const marks = rerunMarks(reruns, onRerun);
-      const splicing = spliceMarks(splices, onSplice);
-      const scripted: Record<string, ScriptedResponse[]> = {};
-      for (const [text, steps] of plans) scripted[text] = steps.map((calls) => responseOf(calls, text));
-      // The mock's own plans answer tool results with text; the kit's tool loop plays step n
-      // after the n-th batch of function_call_output items that follows the user's text.
-      const fallback = openAIScript({});
-      script = (request) => {
-        const text = openAIUserText(request);
-        const steps = text === undefined ? undefined : scripted[text];
-        if (steps === undefined) return fallback(request);
-        const step = openAIStep(request.input);
-        // The response a proxy splices in (the fault plan below marked the request), asked for second.
-        const second = splicing.second(request);
-        if (second !== undefined) return splicedOf(asOffered(request, second), text!);
-        // A re-run the model answers differently (the fault plan below marked the request).
-        const rerun = marks.of(request);
-        if (rerun !== undefined) return responseOf(asOffered(request, rerun), text!);
-        const planned = plans.get(text!)?.[step];
-        const offered = planned === undefined ? undefined : asOffered(request, planned);
-        return offered !== undefined && offered !== planned ? responseOf(offered, text!) : (steps[step] ?? responseOf([], text!));
-      };
-      // The mock records every request; nothing reads them across cases, and a certification
-      // makes thousands. Attempt numbers restart too, harmlessly: each case's texts are its own.
-      mock.clearRequests();
-      mock.setFaultPlan((request, info) => {
-        const step = openAIStep(request.input);
-        const loop = openAIUserText(request);
-        const rerun = marks.mark(request, loop, step, info.attempt);
-        const text = step === 0 ? lastUserMessage(request.input) : stepsOf(plans, loop) > step ? loop : undefined;
-        const cut = text === undefined ? undefined : cutFor(text, info.attempt, step);
-        const planned = cut === undefined || rerun === undefined ? cut : fitCut(cut, rerun.length);
-        if (planned === undefined) {
-          const user = text ?? "";
-          const splice = splicing.mark(request, text, step, info.attempt, rerun ?? plans.get(user)?.[step] ?? [], reruns?.get(user)?.[step] ?? plans.get(user)?.[step] ?? []);
-          if (splice === undefined) return undefined;
-          const at: OpenAIPosition = { afterCallDone: splice.afterCall };
-          if (splice.plan.shape === "restart") return { kind: "splice", at, responseCreated: true };
-          return splice.plan.shape === "headless" ? { kind: "splice", at, responseCreated: false, lead: SPLICE_LEAD } : { kind: "splice", at, responseCreated: false };
-        }
-        const fault: OpenAIFault = { kind: planned.kind, at: openAIPosition(planned) };
-        return fault;
-      });
-    },
+    program: (...args) => programOpenAIMock(mock, (next) => (script = next), shape, args),
     responses: () =>
       mock.requests.flatMap((r): ModelResponse[] => {
         const text = openAIUserText(r.body as Parameters<typeof openAIUserText>[0]) ?? "";
@@ -557,6 +603,93 @@ async function openAISide(): Promise<ProviderSide> {
   };
 }
 
+// ---- OpenAI Chat Completions (apps/mock-openai's /v1/chat/completions) ---------------------
+
+/**
+ * A kit cut on a Chat Completions stream (STREAM-20's positions table): inside a call's arguments
+ * → `{ call, afterFragment }` (after its first fragment, the one naming it: `arguments_streaming`);
+ * after a call is complete (the next index's first fragment, or `finish_reason`) →
+ * `{ afterCallDone }` (`during_dispatch`); before the end of the response → `{ beforeCompleted }`
+ * (instead of the `finish_reason` chunk: `after_dispatch_before_stop`). A raw event number is
+ * drawn for a Responses stream of as many calls (up to 6 + 6 per call, its reasoning item
+ * included), whose events outnumber these chunks: it is scaled onto the fewest chunks such a
+ * response can have (the role chunk, one content piece, per call its naming fragment and one
+ * argument piece, the finish, the usage chunk, `[DONE]`), so that every draw falls on a chunk the
+ * stream sends.
+ */
+export function chatPosition(cut: CutPosition, calls: number): OpenAIPosition {
+  if (cut.at !== "event") return openAIPosition(cut);
+  const drawnOver = 7 + 6 * calls;
+  const fewest = 5 + 2 * calls;
+  return { event: Math.floor((Math.min(cut.event, drawnOver - 1) * fewest) / drawnOver) };
+}
+
+const isMessage = (entry: JsonValue | undefined): entry is Record<string, JsonValue> => entry !== null && typeof entry === "object" && !Array.isArray(entry);
+
+/**
+ * The runner commits a turn's assistant message (its `tool_calls`) as one entry and its `tool`
+ * messages as one array (STREAM-21); a user message is an object too, of its own role.
+ */
+const chatTranscript: TranscriptReader = {
+  isAssistant: (entry) => isMessage(entry) && entry.role === "assistant",
+  calls: (entry) =>
+    isMessage(entry) && entry.role === "assistant"
+      ? asArray(entry.tool_calls).map((c) => {
+          const fn = (c.function ?? {}) as Obj;
+          return { id: str(c.id), name: str(fn.name), input: parseArguments(str(fn.arguments)) };
+        })
+      : [],
+  results: (entry) =>
+    asArray(entry)
+      .filter((m) => m.role === "tool")
+      .map((m) => {
+        const text = typeof m.content === "string" ? m.content : JSON.stringify(m.content);
+        return { id: str(m.tool_call_id), text, isError: isErrorOutput(text) };
+      }),
+};
+
+async function openAIChatSide(): Promise<ProviderSide> {
+  let script = openAIScript({});
+  const mock = await startMockOpenAI({ script: (request) => script(request) });
+  // Chat Completions has no reasoning items (a reasoning model's reasoning stays on the server). A
+  // response that makes calls says a sentence first, as many models served over this API do: its
+  // content chunks are where a cut falls before any call (STREAM-20's before_any_call: content may
+  // have streamed), which a side that takes a clean close for the end commits as the answer.
+  const responseOf = (calls: PlannedCall[], text: string) =>
+    calls.length === 0 ? say("Done.") : respond(textItem(`Doing what ${text} asks.`), ...calls.map((c) => call(c.tool, c.args, rewordOf(c))));
+  const shape: OpenAIMockShape = {
+    responseOf,
+    splicedOf: () => {
+      throw new TypeError("the Chat Completions mock refuses splices: the kit draws none for provider openai-chat");
+    },
+    position: chatPosition,
+  };
+  return {
+    name: "openai-chat",
+    program(plans, cutFor, reruns, onRerun, splices, onSplice) {
+      // runEndToEnd draws no splice for this side (withoutSplices): a planted one would be refused by the mock, a 500 the run would take for an outage.
+      if ([...(splices?.values() ?? [])].some((steps) => steps.some((s) => s !== undefined))) throw new TypeError("provider openai-chat takes no splices: apps/mock-openai refuses them on Chat Completions streams");
+      programOpenAIMock(mock, (next) => (script = next), shape, [plans, cutFor, reruns, onRerun, undefined, onSplice]);
+    },
+    // What the model emitted per request, as the mock rendered it: its calls, their call_ ids.
+    responses: () =>
+      mock.requests.map((r): ModelResponse => {
+        const text = openAIUserText(responsesView(r.body as Record<string, unknown>)) ?? "";
+        return { text, calls: r.calls.map((c) => ({ name: c.name, input: c.arguments })), callIds: r.calls.map((c) => c.callId), request: { number: r.requestNumber, attempt: r.attempt } };
+      }),
+    runner: ({ fetch, ...options }) =>
+      new ChatCompletionsRunner({
+        ...options,
+        client: new OpenAI({ baseURL: mock.baseURL, apiKey: "conformance", maxRetries: 0, fetch }),
+        model: "gpt-conformance",
+        // A usage chunk after the finish_reason, as most apps ask for one: a cut may fall there too.
+        params: { stream_options: { include_usage: true } },
+      }),
+    transcript: chatTranscript,
+    close: () => mock.close(),
+  };
+}
+
 /** Starts the mock of one provider. */
 export function startProvider(name: RunnerProviderName): Promise<ProviderSide> {
   switch (name) {
@@ -564,5 +697,7 @@ export function startProvider(name: RunnerProviderName): Promise<ProviderSide> {
       return anthropicSide();
     case "openai":
       return openAISide();
+    case "openai-chat":
+      return openAIChatSide();
   }
 }

@@ -311,6 +311,26 @@ export function withoutDeferral(plan: MessagePlan): MessagePlan {
   return rest;
 }
 
+/**
+ * The scenario without a proxy's splices (SplicePlan: into a message's first request, its tool
+ * loop's follow-up request, a re-ask's), as for a stream side whose mock has none: apps/mock-openai
+ * refuses `splice` on Chat Completions streams (provider `openai-chat`). Every other draw of the
+ * seed stays what it was.
+ */
+export function withoutSplices(scenario: Scenario): Scenario {
+  return {
+    ...scenario,
+    conversations: scenario.conversations.map((c) => ({
+      ...c,
+      messages: c.messages.map((m) => {
+        if (m.splice === undefined && m.followUpSplice === undefined && m.reaskSplice === undefined) return m;
+        const { splice: _, followUpSplice: __, reaskSplice: ___, ...rest } = m;
+        return rest;
+      }),
+    })),
+  };
+}
+
 export interface ConversationPlan {
   id: string;
   messages: MessagePlan[];

@@ -1,6 +1,6 @@
 import { ConformanceFailure } from "@dispatch-once/conformance/ledger";
 import { describe, expect, it } from "vitest";
-import { RUNNER_PROVIDERS, runEndToEnd, type RunnerProviderName } from "../src/index.js";
+import { RUNNER_PROVIDERS, runEndToEnd } from "../src/index.js";
 import type { SplicePlan } from "../src/scenario.js";
 import { memory } from "./audit-mutants.js";
 import { expectReadable } from "./readable.js";
@@ -15,7 +15,7 @@ import { noPositionType, noSecondStart } from "./splice-plants.js";
  * CI's certification of the in-memory ledger (e2e.test.ts: its seed and run count per side) and
  * stop at the first failing scenario, unshrunk; the control replays it under the real runner.
  */
-const CI: Record<RunnerProviderName, { seed: number; runs: number }> = {
+const CI: Record<(typeof RUNNER_PROVIDERS)[number], { seed: number; runs: number }> = {
   anthropic: { seed: 20261129, runs: 200 },
   openai: { seed: 20261201, runs: 30 },
 };
