@@ -1,7 +1,6 @@
-import type { CallPhases, CallState, StreamProvider } from "@dispatch-once/runner";
 import { describe, expect, it } from "vitest";
 import { RUNNER_PROVIDERS, runEndToEnd } from "../src/index.js";
-import type { KitRunner } from "../src/provider.js";
+import { cleanCloseTakenForTheEnd } from "./stream-plants.js";
 import { SHRINK_BUDGET_MS, expectReadable } from "./readable.js";
 import { memory } from "./audit-mutants.js";
 
@@ -15,32 +14,6 @@ import { memory } from "./audit-mutants.js";
  */
 /** The search stops at the first failure (a budget it does not reach costs nothing); shrinking has its own, small. */
 const SEARCH_BUDGET_MS = 60_000;
-type Side = StreamProvider<CallPhases<CallState>, unknown>;
-
-/** A stream side that takes a body which ended without its finishing event, but without an error, for a finished turn. */
-function cleanCloseTakenForTheEnd(runner: KitRunner): KitRunner {
-  // The runner's own stream side, altered in place: the planted bug is in it, not around it.
-  const side = (runner as unknown as { provider: Side }).provider;
-  const { open, apply, finished } = { open: side.open.bind(side), apply: side.apply.bind(side), finished: side.finished.bind(side) };
-  const endedCleanly = new WeakSet<object>();
-  let current: object | undefined;
-  side.apply = (accumulator, event) => {
-    current = accumulator;
-    return apply(accumulator, event);
-  };
-  side.open = async (input, options) => {
-    const stream = await open(input, options);
-    return {
-      async *[Symbol.asyncIterator]() {
-        for await (const event of stream) yield event;
-        if (current !== undefined) endedCleanly.add(current);
-      },
-    };
-  };
-  side.finished = (accumulator) => finished(accumulator) || endedCleanly.has(accumulator);
-  return runner;
-}
-
 describe.each(RUNNER_PROVIDERS)("mutation round of 2026-12-04: the end-to-end oracle rejects bugs in the stream side (provider %s)", (provider) => {
   it("STREAM-8 a runner that commits a response whose body closed cleanly before its finishing event answers a message with its call gone", async () => {
     const error = await runEndToEnd(memory, { deploys: false, provider, runs: 300, seed: 3, timeLimitMs: SEARCH_BUDGET_MS, shrinkTimeLimitMs: SHRINK_BUDGET_MS, runner: cleanCloseTakenForTheEnd }).catch((e: unknown) => e);

@@ -15,12 +15,18 @@ const runs = Number(process.env.CONFORMANCE_E2E_REFERENCE_RUNS ?? process.env.CO
 // The OpenAI side in CI: fewer runs (CONFORMANCE_E2E_OPENAI_RUNS), the same oracle.
 const openAIRuns = Number(process.env.CONFORMANCE_E2E_OPENAI_RUNS ?? 100);
 
+// The Chat Completions side in CI: fewer runs again (CONFORMANCE_E2E_CHAT_RUNS), the same oracle.
+const chatRuns = Number(process.env.CONFORMANCE_E2E_CHAT_RUNS ?? 100);
+
+/** The kinds a side's runs cannot reach: Chat Completions has no reasoning items, and its mock no splices. */
+const SPLICE_KINDS = ["splices_restart", "splices_headless", "splices_headless_bare", "follow_up_splices", "reask_splices"];
+
 /** A run that never reached the hard cases certifies nothing: each kind must have occurred. */
-function expectHardCases(seen: Record<string, number>, runs: number): void {
+function expectHardCases(seen: Record<string, number>, runs: number, side: { reasoning: boolean; splices: boolean } = { reasoning: true, splices: true }): void {
   // The oracle read committed calls: a transcript reader that found none would pass every check.
   expect(seen.committed_write_calls).toBeGreaterThan(0);
   // ...and the reasoning each committed turn kept (thinking blocks, reasoning items: STREAM-15).
-  expect(seen.committed_reasoning_items).toBeGreaterThan(0);
+  if (side.reasoning) expect(seen.committed_reasoning_items).toBeGreaterThan(0);
   // A deploy between two runs of a turn (scenario.ts `deploy`) landed, and the guard of a re-run turn
   // answered a call from the row the earlier release claimed (IDENT-10, IDENT-11).
   expect(seen.deploys, "deploys").toBeGreaterThan(0);
@@ -52,7 +58,7 @@ function expectHardCases(seen: Record<string, number>, runs: number): void {
   // request it sent again into a body, with its own start (STREAM-8), without it led by a sentence
   // (STREAM-17), and without it or a lead, its first item on a held one of its type (STREAM-10);
   // follow_up_splices: into a tool loop's follow-up request; reask_splices: into a re-ask's first request.
-  for (const kind of ["splices_restart", "splices_headless", "splices_headless_bare", "follow_up_splices", "reask_splices", "reused_ids_of_answered", "reused_ids_of_failed", "release_rerun_deaths", "release_rerun_deaths_after_effect", "follow_up_divergent_reruns", "release_deaths", "omitted_dead_worker_released_row_told_by_committed_turn_record", "divergent_reruns", "divergent_reasks", "answered_by_divergent_rerun", "omitted_after_effect", "omitted_after_effect_told_by_committed_turn_record", "calm", "concurrent_messages", "reasks", "follow_ups", "follow_up_repeats", "follow_up_deaths", "follow_up_unstorable", "rerun_faults", "key_reused_422", "lost_responses", "takeovers", "deaths", "superseded", "not_storable", "turns_failed", "dead_worker_effect_unreached_reported_by_resumed_record"]) {
+  for (const kind of [...(side.splices ? SPLICE_KINDS : []), "reused_ids_of_answered", "reused_ids_of_failed", "release_rerun_deaths", "release_rerun_deaths_after_effect", "follow_up_divergent_reruns", "release_deaths", "omitted_dead_worker_released_row_told_by_committed_turn_record", "divergent_reruns", "divergent_reasks", "answered_by_divergent_rerun", "omitted_after_effect", "omitted_after_effect_told_by_committed_turn_record", "calm", "concurrent_messages", "reasks", "follow_ups", "follow_up_repeats", "follow_up_deaths", "follow_up_unstorable", "rerun_faults", "key_reused_422", "lost_responses", "takeovers", "deaths", "superseded", "not_storable", "turns_failed", "dead_worker_effect_unreached_reported_by_resumed_record"]) {
     expect(seen[kind], kind).toBeGreaterThan(0);
   }
 }
@@ -83,6 +89,22 @@ describe("end-to-end level", () => {
     expect(seen.cuts_inside_reasoning).toBeGreaterThan(0);
     // Its text answers reason too: their messages were judged beside their reasoning items.
     expect(seen.committed_reasoned_messages).toBeGreaterThan(0);
+  }, 1_800_000);
+
+  it(`CONF-2 on the OpenAI Chat Completions stream side (apps/mock-openai's /v1/chat/completions), the in-memory ledger performs every intent's effects exactly once over ${chatRuns} random scenarios`, async () => {
+    const seen: Record<string, number> = {};
+    await runEndToEnd(memory, {
+      provider: "openai-chat",
+      runs: chatRuns,
+      seed: Number(process.env.CONFORMANCE_SEED ?? 20261207),
+      onStats: (stats) => Object.assign(seen, stats),
+    });
+    // No reasoning items on this API, and no splices drawn (its mock refuses them).
+    expectHardCases(seen, chatRuns, { reasoning: false, splices: false });
+    expect(seen.splices ?? 0, "splices").toBe(0);
+    // The oracle read the committed tool messages too: errors among them, as {"error": …} (STREAM-21).
+    expect(seen.turns_failed, "turns_failed").toBeGreaterThan(0);
+    expect(seen.takeovers, "takeovers").toBeGreaterThan(0);
   }, 1_800_000);
 
   it.each(RUNNER_PROVIDERS)("CONF-2 the naive handler is rejected with a duplicate and a readable counterexample (provider %s)", async (provider) => {
