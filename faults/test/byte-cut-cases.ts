@@ -16,16 +16,34 @@ export { prng };
 
 export const SEED = Number(process.env.BYTE_CUT_SEED ?? Math.floor(Math.random() * 2 ** 31));
 
+/** What names an event of a stream whose events have no `event:` line (Chat Completions' chunks): text its data line holds. */
+const DATA_EVENT = "data~";
+
 /**
- * The byte range of the first SSE event of `type` (its `event:` line through its blank line), in
- * a body with LF or CRLF line endings.
+ * The `type` of an event named by text of its data line, for a stream without `event:` lines
+ * (Chat Completions: `dataEvent('"finish_reason":"tool_calls"')`, `dataEvent("[DONE]")`): its first
+ * event whose data holds the text, wherever `type` is taken (eventRange, CutRegion, responseFate).
+ */
+export const dataEvent = (text: string): string => `${DATA_EVENT}${text}`;
+
+/**
+ * The byte range of the first SSE event of `type` (its `event:` line through its blank line; for
+ * a `dataEvent`, its data line through its blank line), in a body with LF or CRLF line endings.
  */
 export function eventRange(body: Buffer, type: string): { start: number; end: number } | undefined {
   const eol = body.includes("\r\n") ? "\r\n" : "\n";
-  const start = body.indexOf(`event: ${type}${eol}`);
+  const start = type.startsWith(DATA_EVENT) ? dataEventStart(body, type.slice(DATA_EVENT.length), eol) : body.indexOf(`event: ${type}${eol}`);
   if (start < 0) return undefined;
   const blank = body.indexOf(eol + eol, start);
   return { start, end: blank < 0 ? body.length : blank + 2 * eol.length };
+}
+
+/** Where the event holding `text` starts: after the blank line before it, or at the body's start. */
+function dataEventStart(body: Buffer, text: string, eol: string): number {
+  const at = body.indexOf(text);
+  if (at < 0) return -1;
+  const blank = body.lastIndexOf(eol + eol, at);
+  return blank < 0 ? 0 : blank + 2 * eol.length;
 }
 
 /**
@@ -49,16 +67,17 @@ export function resolveCut(body: Buffer, point: CutPoint): number | undefined {
     const range = eventRange(body, point.type);
     return range === undefined ? undefined : Math.min(body.length, Math.max(0, (point.fromEnd === true ? range.end : range.start) + point.delta));
   }
-  let seen = 0;
-  for (let i = 0; i < body.length; i++) {
-    if (isContinuation(body[i]!) && seen++ === point.nth) return i;
-  }
-  return undefined;
+  const continuations: number[] = [];
+  for (let i = 0; i < body.length; i++) if (isContinuation(body[i]!)) continuations.push(i);
+  // A body with fewer: on Chat Completions the arguments stream once, and a rendering that split a
+  // 4-byte character between two fragments sends each half escaped (\ud83d: JSON of a lone UTF-16
+  // half), so it has 3 continuation bytes less than the reference; the count wraps around there.
+  return continuations.length === 0 ? undefined : continuations[point.nth % continuations.length];
 }
 
 export function describeCut(point: CutPoint): string {
   if (point.landmark === "fraction") return `at ${(point.at * 100).toFixed(2)}% of the body`;
-  if (point.landmark === "event") return `${point.type}${point.fromEnd === true ? " end" : ""}${point.delta >= 0 ? "+" : ""}${point.delta}`;
+  if (point.landmark === "event") return `${point.type.startsWith(DATA_EVENT) ? `the chunk holding ${point.type.slice(DATA_EVENT.length)}` : point.type}${point.fromEnd === true ? " end" : ""}${point.delta >= 0 ? "+" : ""}${point.delta}`;
   return `inside a character, before UTF-8 continuation byte ${point.nth}`;
 }
 
