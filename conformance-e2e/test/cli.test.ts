@@ -35,7 +35,7 @@ describe("dispatch-once-conformance --level e2e (CONF-2)", () => {
     expect(code).toBe(0);
   });
 
-  it("--provider openai runs the end-to-end level on the OpenAI Responses side and the report names it; an unknown provider is a usage error", () => {
+  it("--provider openai runs the end-to-end level on the OpenAI Responses side (openai-chat on Chat Completions) and the report names it; an unknown provider is a usage error", () => {
     const { code, stdout } = cli(["--adapter", "test/fixtures/memory-subject.mjs", "--level", "e2e", "--provider", "openai", "--e2e-runs", "5", "--seed", "3", "--json", "--quiet"]);
     const report = JSON.parse(stdout);
     expect(report.provider).toBe("openai");
@@ -47,10 +47,14 @@ describe("dispatch-once-conformance --level e2e (CONF-2)", () => {
     expect(JSON.parse(byDefault.stdout).provider).toBe("anthropic");
     const unknown = cli(["--adapter", "test/fixtures/memory-subject.mjs", "--level", "e2e", "--provider", "opnai"]);
     expect(unknown.code).toBe(2);
-    expect(unknown.stderr).toContain('provider must be one of anthropic, openai, ai-sdk, got "opnai"');
+    expect(unknown.stderr).toContain('provider must be one of anthropic, openai, openai-chat, ai-sdk, got "opnai"');
+    // The Chat Completions side, by its name.
+    const chat = cli(["--adapter", "test/fixtures/memory-subject.mjs", "--level", "e2e", "--provider", "openai-chat", "--e2e-runs", "2", "--seed", "3", "--json", "--quiet"]);
+    expect(JSON.parse(chat.stdout).checks[0].name).toContain("(2 runs, seed 3) (provider openai-chat)");
+    expect(chat.code).toBe(0);
     const ledgerOnly = cli(["--adapter", "test/fixtures/memory-subject.mjs", "--level", "ledger", "--provider", "openai"]);
     expect(ledgerOnly.code).toBe(2);
-    // Four processes of the CLI, each loading the kit: past 60 s on a loaded CI host (2026-12-06).
+    // Five processes of the CLI, each loading the kit: four were past 60 s on a loaded CI host (2026-12-06).
   }, 180_000);
 
   it("--provider ai-sdk runs the end-to-end level as an AI SDK app (streamText, createOnceTools) and the report names it", () => {

@@ -46,4 +46,18 @@ describe("the end-to-end oracle rejects a broken Chat Completions side (provider
     expect(message).toMatch(/breaks STREAM-8/);
     expect(message).toMatch(/message "[^"]+" was answered, but its committed turns make (\d+) of the (\d+) "(payment|invoice|void) [^"]+" calls it asked for/);
   }, 300_000);
+
+  // Found while the side was built (seed 101, 30 runs): a Chat Completions tool names itself in its
+  // `function` (`function.name`), and the kit's model read only a Responses tool's `name`, so after a
+  // deploy that renamed send_payment to pay (formerNames) it went on calling send_payment, which the
+  // new release does not register: the call was committed as an unknown_tool error while its key's
+  // payment had happened (RECORD-3). The kit's model calls what the request offers, as on the other sides.
+  const RENAME_SEED = 101;
+  const RENAME_PATH = "11:28:1:1:1:1:1:1:1:1:2:1:2:2:0:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:2:1";
+
+  it("IDENT-11 after a deploy that renames the payment tool, the model calls it by the name the Chat Completions request offers (seed 101, the shrunk path)", async () => {
+    const seen: Record<string, number> = {};
+    await runEndToEnd(memory, { provider: "openai-chat", runs: 1, seed: RENAME_SEED, path: RENAME_PATH, onStats: (s) => Object.assign(seen, s) });
+    expect({ replayed: seen.replayed_passed, renames: seen.deploys_rename }).toEqual({ replayed: 1, renames: 1 });
+  }, 120_000);
 });

@@ -82,9 +82,10 @@ const USAGE = `usage: dispatch-once-conformance --adapter <module> [options]    
                           $CONFORMANCE_E2E_RUNS, else ${DEFAULT_END_TO_END_RUNS})
   --provider <name>       the stream side of the end-to-end level: anthropic (the Messages
                           API runner against the Anthropic mock), openai (the Responses
-                          API runner against the OpenAI mock) or ai-sdk (an app on the
-                          Vercel AI SDK's streamText with createOnceTools, against the
-                          OpenAI mock). Default anthropic
+                          API runner against the OpenAI mock), openai-chat (the Chat
+                          Completions runner against the OpenAI mock) or ai-sdk (an app
+                          on the Vercel AI SDK's streamText with createOnceTools, against
+                          the OpenAI mock). Default anthropic
   --seed <n>              seed of every random choice, keys included (default
                           $CONFORMANCE_SEED, else random; always printed)
   --path <p>              replay exactly the one case at this fast-check path (with --seed,
@@ -274,7 +275,7 @@ function parse(argv: string[]): CliOptions | "help" {
   if (kind === "store" && values.vectors !== undefined) throw inputError("--vectors are ledger-transition vectors, for --adapter: a conversation store (--store) has none");
   // The AI SDK app keeps no conversation store of the kit's: it cannot run the store under test.
   if (kind === "store" && values.provider === "ai-sdk") {
-    throw inputError(`--provider ai-sdk runs an AI SDK app, which keeps no conversation store: --store ${module} runs the e2e level with --provider anthropic or openai`);
+    throw inputError(`--provider ai-sdk runs an AI SDK app, which keeps no conversation store: --store ${module} runs the e2e level with --provider anthropic, openai or openai-chat`);
   }
   const runs = int("runs", values.runs, 1);
   // The same sources in the same order as ledgerChecks and endToEndChecks resolve them.
