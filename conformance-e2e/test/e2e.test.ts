@@ -124,7 +124,8 @@ describe("end-to-end level", () => {
     expect(message).toMatch(/seed 7, path "[0-9:]+"/);
   }, 600_000);
 
-  it.each(PROVIDERS)("CONF-2 a ledger that forgets every claim is rejected: unkeyed invoices repeat (provider %s)", async (provider) => {
+  // Not on openai-chat (CI's budget): its planted bugs are e2e-chat-planted.test.ts's.
+  it.each(PROVIDERS.filter((p) => p !== "openai-chat"))("CONF-2 a ledger that forgets every claim is rejected: unkeyed invoices repeat (provider %s)", async (provider) => {
     const forgetful: LedgerSubject = {
       ...memory,
       async create() {
