@@ -86,16 +86,30 @@ function responsesResults(turn: StoredTurn, toolName: string): CommittedResult[]
   const outputs = Array.isArray(turn.toolResults) ? (turn.toolResults as { call_id?: string; output?: unknown }[]) : [];
   return outputs
     .filter((o) => o.call_id !== undefined && callIds.has(o.call_id))
-    .map((o) => {
-      let isError = false;
-      try {
-        const parsed = JSON.parse(String(o.output)) as Record<string, unknown> | null;
-        isError = parsed !== null && typeof parsed === "object" && Object.keys(parsed).length === 1 && "error" in parsed;
-      } catch {
-        // Not JSON: a result, not the runner's error shape.
-      }
-      return { isError, paymentId: paymentIdIn(o.output) };
-    });
+    .map((o) => ({ isError: isErrorShape(o.output), paymentId: paymentIdIn(o.output) }));
+}
+
+/** Whether a function output's text is the runner's error shape, `{ "error": {...} }` alone (both OpenAI APIs). */
+function isErrorShape(output: unknown): boolean {
+  try {
+    const parsed = JSON.parse(String(output)) as Record<string, unknown> | null;
+    return parsed !== null && typeof parsed === "object" && Object.keys(parsed).length === 1 && "error" in parsed;
+  } catch {
+    return false; // Not JSON: a result, not the runner's error shape.
+  }
+}
+
+/**
+ * A Chat Completions turn (@dispatch-once/openai's ChatCompletionsRunner, STREAM-21): the
+ * assistant message with its `tool_calls`, then one `tool` message per call.
+ */
+function chatResults(turn: StoredTurn, toolName: string): CommittedResult[] {
+  const calls = (turn.assistant as { tool_calls?: { id?: string; function?: { name?: string } }[] }).tool_calls ?? [];
+  const callIds = new Set(calls.filter((c) => c.function?.name === toolName && typeof c.id === "string").map((c) => c.id!));
+  const messages = Array.isArray(turn.toolResults) ? (turn.toolResults as { tool_call_id?: string; content?: unknown }[]) : [];
+  return messages
+    .filter((m) => m.tool_call_id !== undefined && callIds.has(m.tool_call_id))
+    .map((m) => ({ isError: isErrorShape(m.content), paymentId: paymentIdIn(m.content) }));
 }
 
 /** The send_payment results the conversation committed: what the model and the user were told. */
@@ -104,6 +118,10 @@ function committedResults(turns: readonly StoredTurn[], toolName: string): Commi
   for (const turn of turns) {
     if (Array.isArray(turn.assistant)) {
       out.push(...responsesResults(turn, toolName));
+      continue;
+    }
+    if ((turn.assistant as { role?: unknown } | null)?.role === "assistant" && !Array.isArray((turn.assistant as { content?: unknown }).content)) {
+      out.push(...chatResults(turn, toolName));
       continue;
     }
     const blocks = (turn.assistant as { content?: unknown }).content;

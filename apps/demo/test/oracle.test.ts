@@ -179,6 +179,35 @@ describe("the misreport oracle", () => {
     ]);
   });
 
+  it("a Chat Completions turn (assistant tool_calls, tool messages) is read the same way; check_balance's result beside it is not the payment's", () => {
+    const chatTurn = (output: unknown): StoredTurn => ({
+      turnIndex: 0,
+      messageId: "m-1",
+      stopReason: "tool_calls",
+      assistant: {
+        role: "assistant",
+        content: null,
+        tool_calls: [
+          { id: "call_A", type: "function", function: { name: "send_payment", arguments: "{}" } },
+          { id: "call_B", type: "function", function: { name: "check_balance", arguments: "{}" } },
+        ],
+      },
+      toolResults: [
+        { role: "tool", tool_call_id: "call_A", content: JSON.stringify(output) },
+        { role: "tool", tool_call_id: "call_B", content: JSON.stringify({ currency: "EUR", available: 1 }) },
+      ],
+    });
+    expect(auditMessage({ committed: [chatTurn({ paymentId: "pay_1" })], records: [], payments: [PAYMENT] }).reasons).toEqual([]);
+    expect(auditMessage({ committed: [chatTurn({ error: { name: "ToolError", message: "lost" } })], records: [], payments: [PAYMENT] }).reasons).toEqual([
+      "committed_error_for_payment",
+      "effect_unreported",
+    ]);
+    expect(auditMessage({ committed: [chatTurn({ paymentId: "pay_9" })], records: [], payments: [PAYMENT] }).reasons).toEqual([
+      "committed_unknown_payment",
+      "effect_unreported",
+    ]);
+  });
+
   it("tallies count a message once, its reasons each, and keep a few examples", () => {
     const tally = emptyTally();
     addAudit(tally, "T-1", { reasons: ["two_payments", "effect_unreported"], mayHaveHappened: 0, mayHaveHappenedAndDid: 0, mayHaveHappenedCauses: [] });
