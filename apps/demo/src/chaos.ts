@@ -396,9 +396,12 @@ class FaultDirector {
     } else if (event.type === "stream_failed") {
       const turnKey = `${event.conversationId}|${event.turnIndex}`;
       this.streamFailures++;
-      this.byPosition[event.position]++;
       const planned = this.turns.get(turnKey)?.failure;
-      if (planned === undefined || planned.position !== event.position) {
+      // Counted under the plan's position when the runner named it as this stream names a cut there.
+      if (planned !== undefined && this.side.stream.reportedPosition(planned.position) === event.position) {
+        this.byPosition[planned.position]++;
+      } else {
+        this.byPosition[event.position]++;
         this.positionMismatches++;
         this.anomalies.push(`${turnKey}: stream failed at ${event.position} (${event.error}), planned ${planned?.position ?? "no failure"}`);
       }

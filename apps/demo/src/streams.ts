@@ -1,5 +1,5 @@
 import Anthropic from "@anthropic-ai/sdk";
-import { ConversationRunner, type ConversationRunnerOptions, type SendResult } from "@dispatch-once/anthropic";
+import { ConversationRunner, type ConversationRunnerOptions, type FailurePosition, type SendResult } from "@dispatch-once/anthropic";
 import type { CallDispatcher, ConversationStore, ToolRegistry } from "@dispatch-once/core";
 import { startMockProvider, type Fault, type MockProvider, type Script, type Timing } from "@dispatch-once/mock-provider";
 import type { PaymentArgs } from "./world.js";
@@ -7,9 +7,9 @@ import type { PaymentArgs } from "./world.js";
 /**
  * The stream side a demo side runs on. The chaos run and its oracle are the same on each; only
  * the mock provider, the SDK and the runner's stream provider differ, and they live behind
- * `DemoStream` (Anthropic here, OpenAI in openai.ts).
+ * `DemoStream` (Anthropic here; OpenAI's Responses and Chat Completions APIs in openai.ts).
  */
-export type StreamSide = "anthropic" | "openai";
+export type StreamSide = "anthropic" | "openai" | "openai-chat";
 
 /** How a planned stream failure ends the stream (each provider's mock maps it onto its own faults). */
 export type StreamCut = "reset" | "clean_close" | "error_event";
@@ -47,6 +47,11 @@ export interface DemoStream {
   runner(overrides?: RunnerOverrides): DemoRunner;
   /** Per payment reference: responses whose send_payment memo differs from what the script said. */
   readonly rewordedResponses: Map<string, number>;
+  /**
+   * The position (STREAM-2) the runner reports for a cut the demo placed at `planned`: the same,
+   * except where the stream cannot tell them apart (Chat Completions, see openai.ts).
+   */
+  reportedPosition(planned: FailurePosition): FailurePosition;
   close(): Promise<void>;
 }
 
@@ -149,6 +154,7 @@ export async function startAnthropicStream(world: StreamWorld, script: Script): 
     mock,
     client,
     rewordedResponses,
+    reportedPosition: (planned) => planned,
     ...mockControls(mock, anthropicFault),
     runner: (overrides = {}) =>
       new ConversationRunner({

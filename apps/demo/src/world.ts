@@ -78,7 +78,7 @@ export interface ToolHooks {
 
 export interface SideOptions {
   guarded: boolean;
-  /** The stream side: the Anthropic Messages API (default) or the OpenAI Responses API. */
+  /** The stream side: the Anthropic Messages API (default), the OpenAI Responses API or Chat Completions. */
   stream?: StreamSide;
   /** Required when guarded. */
   ledger?: Ledger;
@@ -154,6 +154,21 @@ const paymentInput = z.object({
   currency: z.string().regex(/^[A-Z]{3}$/),
   reference: z.string().min(1),
   memo: z.string().optional(),
+});
+
+/** The read-only tool the Chat Completions side's model calls after each payment (see openai.ts). */
+export const CHECK_BALANCE = "check_balance";
+
+/**
+ * A read: no ledger row, run again by every attempt that dispatches it. The balance is a fixed
+ * figure: the demo judges payments, and a read has no effect to count.
+ */
+const checkBalance = defineTool({
+  name: CHECK_BALANCE,
+  description: "The account's available balance in a currency, in minor units.",
+  effect: "read",
+  input: z.object({ currency: z.string().regex(/^[A-Z]{3}$/) }),
+  run: async (args) => ({ currency: args.currency, available: 25_000_000 }),
 });
 
 /**
@@ -266,7 +281,8 @@ export async function startSide(options: SideOptions): Promise<Side> {
       return { outcome: "performed", result: { paymentId, status: "accepted", amount: args.amount, currency: args.currency, payee: args.payee } };
     },
   });
-  const tools = new ToolRegistry([sendPayment]);
+  // The Chat Completions side's model checks the balance beside each payment (openai.ts says why).
+  const tools = new ToolRegistry(options.stream === "openai-chat" ? [sendPayment, checkBalance] : [sendPayment]);
 
   let dispatcher: CallDispatcher;
   if (options.guarded) {
@@ -301,8 +317,9 @@ export async function startSide(options: SideOptions): Promise<Side> {
   const store = new MemoryConversationStore();
   const world = { dispatcher, tools, store, seed: options.seed, timing: options.providerTiming, rewordsMemo: options.rewordsMemo ?? (() => true) };
   const stream: AnthropicStream | OpenAIStream =
-    options.stream === "openai"
-      ? await (await import("./openai.js")).startOpenAIChaosStream(world) // loaded only when used, as in incident.ts
+    options.stream === "openai" || options.stream === "openai-chat"
+      ? // Loaded only when used, as in incident.ts.
+        await (await import("./openai.js")).startOpenAIChaosStream(world, options.stream === "openai-chat" ? "chat" : "responses")
       : await startAnthropicStream(world, options.rewordsMemo === undefined ? paymentScript : createPaymentScript(options.rewordsMemo));
   const anthropicOnly = <T>(what: string, value: (s: AnthropicStream) => T): T => {
     if (stream.kind !== "anthropic") throw new Error(`this demo side runs on the ${stream.kind} stream: it has no Anthropic ${what}`);
