@@ -3,15 +3,29 @@ import { TurnFailedError, type RunnerEvent } from "@dispatch-once/anthropic";
 import { paymentMessage, startSide, type PaymentArgs, type Side } from "./world.js";
 
 /**
- * The stream side the incident runs on: our runner over the Anthropic or the OpenAI SDK, or the
- * Vercel AI SDK's own loop (over `@ai-sdk/openai`) with the app's tools wrapped.
+ * The stream side the incident runs on: our runner over the Anthropic SDK, the OpenAI SDK's
+ * Responses API or its Chat Completions API, or the Vercel AI SDK's own loop (over
+ * `@ai-sdk/openai`) with the app's tools wrapped.
  */
-export type DemoProvider = "anthropic" | "openai" | "ai-sdk";
+export type DemoProvider = "anthropic" | "openai" | "openai-chat" | "ai-sdk";
 
-/** The events that bound the window on each provider's stream (spec STREAM-7), for the timelines. */
+/** Every `--provider` value, in the order the usage text and its error list them. */
+export const DEMO_PROVIDERS: readonly DemoProvider[] = ["anthropic", "openai", "openai-chat", "ai-sdk"];
+
+/** The API each provider's run speaks, as the printout and the report name it. */
+export const PROVIDER_API: Record<DemoProvider, string> = {
+  anthropic: "Anthropic Messages API (POST /v1/messages)",
+  openai: "OpenAI Responses API (POST /v1/responses)",
+  "openai-chat": "OpenAI Chat Completions API (POST /v1/chat/completions)",
+  "ai-sdk": "Vercel AI SDK over the OpenAI Responses API (POST /v1/responses)",
+};
+
+/** The events that bound the window on each provider's stream (spec STREAM-7, STREAM-20), for the timelines. */
 export const STREAM_EVENTS: Record<DemoProvider, { callDone: string; finish: string; callIdPrefix: string }> = {
   anthropic: { callDone: "content_block_stop", finish: "message_stop", callIdPrefix: "toolu_" },
   openai: { callDone: "response.output_item.done", finish: "response.completed", callIdPrefix: "call_" },
+  // A call is final at the next index's first fragment (here check_balance's) or at finish_reason.
+  "openai-chat": { callDone: "check_balance's first fragment (the next tool_calls index)", finish: "finish_reason", callIdPrefix: "call_" },
   "ai-sdk": { callDone: "tool-call", finish: "response.completed", callIdPrefix: "call_" },
 };
 
@@ -73,6 +87,8 @@ export interface IncidentSide {
 export interface IncidentResult {
   /** The stream side it ran on; absent in results written before the option existed means "anthropic". */
   provider: DemoProvider;
+  /** The API it spoke (PROVIDER_API), so a printout or a JSON result says which one ran. */
+  api: string;
   /** That stream's event names: where a call completes, what finishes a response. */
   events: (typeof STREAM_EVENTS)[DemoProvider];
   timeScale: number;
@@ -103,6 +119,7 @@ export async function runIncident(options: { ledger: Ledger; runId: string; seed
   ]);
   return {
     provider,
+    api: PROVIDER_API[provider],
     events: STREAM_EVENTS[provider],
     timeScale: options.timeScale,
     paymentsMs: CHAPTER.paymentsMs * options.timeScale,
@@ -137,8 +154,10 @@ async function replayIncident(options: {
       guarded: options.guarded,
       ledger: options.ledger,
       paymentsLatencyMs: CHAPTER.paymentsMs * scale,
-      // The Anthropic side sets its timings per request below; the Responses mock keeps the gap throughout.
-      ...(options.provider === "openai" ? { stream: "openai" as const, providerTiming: { beforeMessageStopMs: CHAPTER.gapMs * scale } } : { providerTiming: {} }),
+      // The Anthropic side sets its timings per request below; the OpenAI mock keeps the gap throughout.
+      ...(options.provider === "openai" || options.provider === "openai-chat"
+        ? { stream: options.provider, providerTiming: { beforeMessageStopMs: CHAPTER.gapMs * scale } }
+        : { providerTiming: {} }),
       seed: options.seed,
       onEffect: (effect) => {
         if (effect.kind !== "payment_created") return;
@@ -161,8 +180,9 @@ async function replayIncident(options: {
       cutRequest = info.requestNumber;
       return { kind: "hold", at: { beforeMessageStop: true }, timing: { ...paymentTurnTiming, beforeMessageStopMs: 0 } };
     });
-    // The Responses stream the same way, in the demo's own fault terms: the first attempt's payment
-    // response is held where response.completed goes (after the call's output_item.done).
+    // The OpenAI streams the same way, in the demo's own fault terms: the first attempt's payment
+    // response is held where response.completed goes (after the call's output_item.done), or on
+    // Chat Completions where finish_reason goes (the payment made final by check_balance's first fragment).
     else
       provider.setFaultPlan((info) => {
         if (cutRequest !== undefined || info.headers["x-demo-turn-index"] !== "0" || info.headers["x-demo-attempt"] !== "1") return undefined;
@@ -180,6 +200,8 @@ async function replayIncident(options: {
         if (event.type === "turn_committed") add("answered", event.attempt, "the model confirms the payment; the message is answered");
         return;
       }
+      // The timeline follows the payment; the Chat Completions side's check_balance is a read beside it.
+      if ((event.type === "call_complete" || event.type === "call_resolved") && event.name !== "send_payment") return;
       const t = event.at - started;
       switch (event.type) {
         case "attempt_started":
@@ -232,13 +254,19 @@ async function replayIncident(options: {
       requestHeaders: (info: { attempt: number; turnIndex: number }) => ({ "x-demo-attempt": String(info.attempt), "x-demo-turn-index": String(info.turnIndex) }),
       onEvent,
     };
-    // Either stream side's runner: the same send() over the shared runner.
-    const runner = side.runner(runnerOptions);
     const conversationId = `${options.runId}-incident-${options.guarded ? "guarded" : "naive"}`;
-    try {
-      await runner.send(conversationId, { id: "msg-1", content: paymentMessage(INCIDENT_PAYMENT) });
-    } catch (error) {
-      if (!(error instanceof TurnFailedError)) throw error;
+    const message = { id: "msg-1", content: paymentMessage(INCIDENT_PAYMENT) };
+    if (!options.guarded && side.stream.kind === "openai-chat") {
+      // The naive app on Chat Completions is its own loop over the SDK (openai.ts), not a runner.
+      const { naiveChatLoop } = await import("./openai.js");
+      await naiveChatLoop(side.stream, side.dispatcher, conversationId, message, { attempts: runnerOptions.retry.attempts, backoffMs: runnerOptions.retry.backoffMs, requestHeaders: runnerOptions.requestHeaders, onEvent });
+    } else {
+      // Any stream side's runner: the same send() over the shared runner.
+      try {
+        await side.runner(runnerOptions).send(conversationId, message);
+      } catch (error) {
+        if (!(error instanceof TurnFailedError)) throw error;
+      }
     }
     timeline.sort((a, b) => a.atMs - b.atMs);
     const window =

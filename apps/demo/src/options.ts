@@ -1,6 +1,6 @@
 /** Command-line options of `pnpm demo`, parsed strictly: every bad option is a typed error (exit code 2). */
 
-import type { DemoProvider } from "./incident.js";
+import { DEMO_PROVIDERS, type DemoProvider } from "./incident.js";
 
 export type LedgerSpec =
   | { kind: "sqlite"; path?: string }
@@ -81,7 +81,8 @@ Options:
                          (default ${DEFAULT_OPTIONS.rewordRate})
   --seed S               seed for every random decision; same seed, same counts (default ${DEFAULT_OPTIONS.seed})
   --provider P           the stream side, each its real SDK against its mock: anthropic (Messages API,
-                         default) | openai (Responses API) | ai-sdk (the Vercel AI SDK's streamText over
+                         default) | openai (Responses API) | openai-chat (Chat Completions API,
+                         ChatCompletionsRunner) | ai-sdk (the Vercel AI SDK's streamText over
                          @ai-sdk/openai, tools wrapped with createOnceTools; the chaos run then runs on
                          openai: the AI SDK's loop is the app's, not a runner the chaos run drives)
   --ledger SPEC          sqlite (temp file, default) | sqlite:PATH | postgres://... | redis://...
@@ -216,10 +217,10 @@ function assign(options: DemoOptions, name: string, spec: (typeof SPECS)[string]
         }
         options.ledgerNamespace = value;
       } else if (spec.key === "provider") {
-        if (value !== "anthropic" && value !== "openai" && value !== "ai-sdk") {
-          throw new DemoUsageError(`${name} must be anthropic, openai or ai-sdk, got ${JSON.stringify(value)}`, name);
+        if (!(DEMO_PROVIDERS as readonly string[]).includes(value)) {
+          throw new DemoUsageError(`${name} must be ${DEMO_PROVIDERS.slice(0, -1).join(", ")} or ${DEMO_PROVIDERS.at(-1)}, got ${JSON.stringify(value)}`, name);
         }
-        options.provider = value;
+        options.provider = value as DemoProvider;
       } else if (spec.key === "seed") {
         if (value.length > 200) throw new DemoUsageError(`${name} is limited to 200 characters`, name);
         options.seed = value;

@@ -2,6 +2,7 @@ import { IN_WINDOW, POSITIONS } from "./positions.js";
 import type { IncidentResult, IncidentSide, TimelineEntry } from "./incident.js";
 import type { DemoResult } from "./run.js";
 import { oneIn } from "./stats.js";
+import { providerLine } from "./text.js";
 
 /*
  * The --report page: one self-contained HTML file (inline CSS and SVG, no scripts, no external
@@ -53,7 +54,7 @@ export function renderReport(result: DemoResult): string {
 <body>
 <main>
 <h1>Dispatch-Once: a payment made twice after a cut-off stream is retried, and the fix</h1>
-<p class="meta">seed ${esc(result.seed)} · provider ${esc(incident.provider ?? "anthropic")}${chaos.provider !== undefined && chaos.provider !== incident.provider ? ` (chaos run: ${esc(chaos.provider)})` : ""} · ledger ${esc(result.ledger.kind)} (${esc(result.ledger.durability)}) · chaos time scale ${esc(chaos.timeScale)} · incident time scale ${esc(incident.timeScale)}</p>
+<p class="meta">seed ${esc(result.seed)} · provider ${esc(providerLine(incident.provider, chaos.provider))} · ledger ${esc(result.ledger.kind)} (${esc(result.ledger.durability)}) · chaos time scale ${esc(chaos.timeScale)} · incident time scale ${esc(incident.timeScale)}</p>
 <div class="cards">
   <div class="card" id="card-incident-naive"><div>Incident, naive handler</div><div class="big naive">${incident.naive.payments} payments</div></div>
   <div class="card" id="card-incident-guarded"><div>Incident, Dispatch-Once</div><div class="big guarded">${incident.guarded.payments} payment${incident.guarded.payments === 1 ? "" : "s"}</div></div>

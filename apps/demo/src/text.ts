@@ -1,6 +1,6 @@
 import type { ChaosProgress, ChaosResult } from "./chaos.js";
 import { IN_WINDOW, POSITIONS } from "./positions.js";
-import type { IncidentSide } from "./incident.js";
+import { PROVIDER_API, type DemoProvider, type IncidentSide } from "./incident.js";
 import type { DemoResult } from "./run.js";
 import { oneIn } from "./stats.js";
 
@@ -8,13 +8,20 @@ const n = (x: number) => x.toLocaleString("en-US");
 const pct = (x: number) => `${(x * 100).toFixed(x < 0.01 ? 2 : 1)} %`;
 const ms = (x: number) => `${Math.round(x)} ms`;
 
+/** Which provider, and so which API, each part ran on (results written before the option existed: anthropic). */
+export function providerLine(incident: DemoProvider | undefined, chaos: DemoProvider | undefined): string {
+  const named = (p: DemoProvider) => `${p}, the ${PROVIDER_API[p] ?? "unknown API"}`;
+  const first = incident ?? "anthropic";
+  return `${named(first)}${chaos !== undefined && chaos !== first ? ` (chaos run: ${named(chaos)})` : ""}`;
+}
+
 /** The human-readable report printed at the end of `pnpm demo`. */
 export function renderText(result: DemoResult): string {
   const out: string[] = [];
   const { incident, chaos, ledger } = result;
   const ledgerName = { sqlite: "SQLite", postgres: "PostgreSQL", redis: "Redis" }[ledger.kind];
   out.push("Dispatch-Once demo: a payment made twice after a cut-off stream is retried, and the fix");
-  out.push(`ledger: ${ledgerName} ${ledger.location}, ${ledger.durability}    seed: ${result.seed}    provider: ${incident.provider ?? "anthropic"}${chaos.provider !== undefined && chaos.provider !== incident.provider ? ` (chaos run: ${chaos.provider})` : ""}`);
+  out.push(`ledger: ${ledgerName} ${ledger.location}, ${ledger.durability}    seed: ${result.seed}    provider: ${providerLine(incident.provider, chaos.provider)}`);
   if (ledger.note !== undefined) out.push("", `!!! VOLATILE LEDGER: ${ledger.note}`, "");
   for (const w of ledger.warnings) out.push(`warning: ${w}`);
   out.push("");
