@@ -13,8 +13,8 @@ export type {
 } from "./chaos.js";
 export { auditMessage, addAudit, emptyTally, recordsOf, MISREPORT_REASONS } from "./oracle.js";
 export type { MisreportReason, MessageEvidence, MessageAudit, AuditTally, LoggedPayment } from "./oracle.js";
-export { runIncident, CHAPTER, RESET_AFTER_ACCEPT_MS, INCIDENT_PAYMENT } from "./incident.js";
-export type { IncidentResult, IncidentSide, TimelineEntry, TimelineKind } from "./incident.js";
+export { runIncident, CHAPTER, RESET_AFTER_ACCEPT_MS, INCIDENT_PAYMENT, DEMO_PROVIDERS, PROVIDER_API } from "./incident.js";
+export type { IncidentResult, IncidentSide, TimelineEntry, TimelineKind, DemoProvider } from "./incident.js";
 export { parseArgs, parseLedgerSpec, DemoUsageError, DEFAULT_OPTIONS, USAGE } from "./options.js";
 export type { DemoOptions, LedgerSpec } from "./options.js";
 export { wilson, oneIn, type RateEstimate } from "./stats.js";

@@ -41,7 +41,7 @@ function durableMemoryLedger(): Ledger {
 
 const route = (chaos: ChaosResult, name: string) => chaos.routes.find((r) => r.name === name)!;
 
-describe.each(["anthropic", "openai"] as const)("the misreport oracle catches a tool that lies about a lost response (%s)", (provider) => {
+describe.each(["anthropic", "openai", "openai-chat"] as const)("the misreport oracle catches a tool that lies about a lost response (%s)", (provider) => {
   it("RECORD-3: 'definite' commits an error result for a payment that exists, on every lost response", async () => {
     const chaos = await chaosWith("definite", provider);
     expect(chaos.guarded.lostResponses).toBeGreaterThan(0);
