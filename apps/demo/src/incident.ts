@@ -1,24 +1,10 @@
 import type { Ledger } from "@dispatch-once/core";
 import { TurnFailedError, type RunnerEvent } from "@dispatch-once/anthropic";
+import { PROVIDER_API, type DemoProvider } from "./providers.js";
 import { paymentMessage, startSide, type PaymentArgs, type Side } from "./world.js";
 
-/**
- * The stream side the incident runs on: our runner over the Anthropic SDK, the OpenAI SDK's
- * Responses API or its Chat Completions API, or the Vercel AI SDK's own loop (over
- * `@ai-sdk/openai`) with the app's tools wrapped.
- */
-export type DemoProvider = "anthropic" | "openai" | "openai-chat" | "ai-sdk";
-
-/** Every `--provider` value, in the order the usage text and its error list them. */
-export const DEMO_PROVIDERS: readonly DemoProvider[] = ["anthropic", "openai", "openai-chat", "ai-sdk"];
-
-/** The API each provider's run speaks, as the printout and the report name it. */
-export const PROVIDER_API: Record<DemoProvider, string> = {
-  anthropic: "Anthropic Messages API (POST /v1/messages)",
-  openai: "OpenAI Responses API (POST /v1/responses)",
-  "openai-chat": "OpenAI Chat Completions API (POST /v1/chat/completions)",
-  "ai-sdk": "Vercel AI SDK over the OpenAI Responses API (POST /v1/responses)",
-};
+// In a module of their own, without imports: the CLI's thread reads them (options, printout) and loads no SDK.
+export { DEMO_PROVIDERS, PROVIDER_API, type DemoProvider } from "./providers.js";
 
 /** The events that bound the window on each provider's stream (spec STREAM-7, STREAM-20), for the timelines. */
 export const STREAM_EVENTS: Record<DemoProvider, { callDone: string; finish: string; callIdPrefix: string }> = {

@@ -1,6 +1,6 @@
 /** Command-line options of `pnpm demo`, parsed strictly: every bad option is a typed error (exit code 2). */
 
-import { DEMO_PROVIDERS, type DemoProvider } from "./incident.js";
+import { DEMO_PROVIDERS, type DemoProvider } from "./providers.js";
 
 export type LedgerSpec =
   | { kind: "sqlite"; path?: string }

@@ -1,6 +1,7 @@
 import type { ChaosProgress, ChaosResult } from "./chaos.js";
 import { IN_WINDOW, POSITIONS } from "./positions.js";
-import { PROVIDER_API, type DemoProvider, type IncidentSide } from "./incident.js";
+import type { IncidentSide } from "./incident.js";
+import { PROVIDER_API, type DemoProvider } from "./providers.js";
 import type { DemoResult } from "./run.js";
 import { oneIn } from "./stats.js";
 
