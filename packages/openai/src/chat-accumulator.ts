@@ -6,7 +6,7 @@ type Chunk = OpenAI.Chat.Completions.ChatCompletionChunk;
 
 // The phases are the shared runner's (@dispatch-once/runner); on this stream: announced = the first
 // tool_calls fragment of an index (it names the call); arguments_streaming = an argument piece
-// seen; complete = the first fragment of a higher index, or choice 0's finish_reason (dispatchable);
+// seen; complete = the first fragment of a higher index when its arguments are a whole JSON object by then, else choice 0's finish_reason (dispatchable);
 // abandoned = the stream died, or stopped for good (length, content_filter), first.
 
 export interface ChatCallState extends SharedCallState {
@@ -48,7 +48,7 @@ const FINAL_STOPS = new Set(["length", "content_filter"]);
  * `finish_reason` is the only proof it finished (STREAM-1). The `openai` SDK swallows `[DONE]` and
  * ends its iterator the same way on a body that closed before it, so a stream that ended without
  * that chunk is a failed one, whatever the SDK raised. A call's arguments are final at the first
- * fragment of a higher index (the API streams indexes in order) or at `finish_reason`.
+ * fragment of a higher index (the API streams indexes in order) when they are a whole JSON object by then, otherwise at `finish_reason`.
  */
 export class ChatCompletionsTurnAccumulator extends CallPhases<ChatCallState> {
   /** The response's id, from its first chunk that gave one. */
@@ -133,7 +133,10 @@ export class ChatCompletionsTurnAccumulator extends CallPhases<ChatCallState> {
     const completed: ChatCallState[] = [];
     for (const [i, given] of (delta.tool_calls ?? []).entries()) {
       const fragment = { ...given, index: indexes[i]! };
-      const final = this.finishReason !== undefined || fragment.index < this.highest || this.callAt(fragment.index)?.phase === "complete";
+      const held = this.callAt(fragment.index);
+      // Final: the response finished, the call at this index is no longer open (completed, maybe
+      // dispatched and run), or no call was begun at an index below one already begun.
+      const final = this.finishReason !== undefined || (held !== undefined ? !isOpen(held) : fragment.index < this.highest);
       if (final) {
         // A piece for a call already final (dispatched, maybe run): the arguments that ran are not
         // the call's, and taking it in would commit a call other than the one dispatched (STREAM-20).
@@ -145,8 +148,13 @@ export class ChatCompletionsTurnAccumulator extends CallPhases<ChatCallState> {
         return completed;
       }
       if (fragment.index > this.highest) {
-        // A higher index: every call before it is final (the API streams indexes in order).
+        // A higher index: a call before it whose arguments are by now a whole JSON object is final
+        // (the API streams indexes in order, and any more text would make them not JSON). One whose
+        // arguments are not yet whole (a server that names every call before streaming any
+        // arguments) stays open until finish_reason: made final now, it would run with a prefix of
+        // them, `{}` for none, a tool with optional arguments run with none of the model's.
         for (const call of this.openCalls()) {
+          if (!wholeObject(call.partialJson)) continue;
           const done = this.completeCall(call, { requireObject: true });
           if (done !== undefined) completed.push(done);
         }
@@ -281,4 +289,19 @@ function contentText(content: unknown): string {
   if (typeof content === "string") return content;
   if (!Array.isArray(content)) return "";
   return (content as { type: string; text?: string }[]).flatMap((part) => (part.type === "text" ? [part.text!] : [])).join("");
+}
+
+function isOpen(call: ChatCallState): boolean {
+  return call.phase === "announced" || call.phase === "arguments_streaming";
+}
+
+/** Whether a call's arguments text is already a whole JSON object (more text would make it not JSON). */
+function wholeObject(text: string): boolean {
+  if (!text.trimEnd().endsWith("}")) return false;
+  try {
+    const value: unknown = JSON.parse(text);
+    return value !== null && typeof value === "object" && !Array.isArray(value);
+  } catch {
+    return false;
+  }
 }

@@ -154,7 +154,7 @@ const USER_PART_TYPES = new Set(["text", "image_url", "input_audio", "file"]);
 
 /**
  * Chat Completions as a `StreamProvider`. A call is final at the first fragment of a higher index
- * or at choice 0's `finish_reason`; only that `finish_reason` finishes the response (STREAM-1,
+ * (its arguments a whole JSON object by then) or at choice 0's `finish_reason`; only that `finish_reason` finishes the response (STREAM-1,
  * STREAM-20). The conversation is kept in the API's message shape, so the store's log is sent as
  * is: a turn commits the assistant message (its text and `tool_calls`) and one `tool` message per
  * call (as one array); `open` flattens the arrays.

@@ -195,6 +195,32 @@ describe("ChatCompletionsRunner against real servers' chunk shapes", () => {
     expect((await flat(store, "conv-object-args")).filter((m) => m.role !== "user")).toEqual([]);
   });
 
+  it("STREAM-20 calls streamed interleaved (each named, then each one's arguments): a call whose arguments are not yet a whole JSON object when the next index begins is not final then; each runs once, with the model's arguments, at finish_reason", async () => {
+    // A server that announces every call before streaming any arguments. Final at the next index's
+    // first fragment, close_accounts would run with {} (every account closed), its arguments still to come.
+    const named = (index: number, id: string, name: string) => ({ index, id, type: "function", function: { name, arguments: "" } });
+    const args = (index: number, text: string) => ({ index, function: { arguments: text } });
+    const body: Body = {
+      chunks: [
+        chunk({ role: "assistant", tool_calls: [named(0, "call_a", "close_accounts")] }),
+        chunk({ tool_calls: [named(1, "call_b", "send_payment")] }),
+        chunk({ tool_calls: [args(0, '{"account":')] }),
+        chunk({ tool_calls: [args(0, '"acct_7"}')] }),
+        chunk({ tool_calls: [args(1, JSON.stringify(PAY_ACME))] }),
+        chunk({}, "tool_calls"),
+      ],
+    };
+    const { client } = serverOf([body, answer("Done.")]);
+    const { runner, closed, effects, events, store } = await setup(client);
+    const result = await runner.send("conv-interleaved", { id: "m1", content: "close acct_7 and pay acme" });
+    expect(closed).toEqual([{ account: "acct_7" }]);
+    expect(effects()).toHaveLength(1);
+    expect(failures(events)).toEqual([]);
+    expect(result.turns[0]!.calls.map((c) => c.name)).toEqual(["close_accounts", "send_payment"]);
+    const calls = (await flat(store, "conv-interleaved")).find((m) => m.role === "assistant" && m.tool_calls !== undefined)!.tool_calls as { function: { arguments: string } }[];
+    expect(calls.map((c) => JSON.parse(c.function.arguments))).toEqual([{ account: "acct_7" }, PAY_ACME]);
+  });
+
   it("a tool_calls index that is not a whole number >= 0 is a typed error naming it, before anything is folded", () => {
     for (const index of [-1, 1.5]) {
       const accumulator = new ChatCompletionsTurnAccumulator();
