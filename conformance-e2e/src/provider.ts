@@ -609,8 +609,10 @@ async function openAISide(): Promise<ProviderSide> {
  * A kit cut on a Chat Completions stream (STREAM-20's positions table): inside a call's arguments
  * → `{ call, afterFragment }` (after its first fragment, the one naming it: `arguments_streaming`);
  * after a call is complete (the next index's first fragment, or `finish_reason`) →
- * `{ afterCallDone }` (`during_dispatch`); before the end of the response → `{ beforeCompleted }`
- * (instead of the `finish_reason` chunk: `after_dispatch_before_stop`). A raw event number is
+ * `{ afterCallDone }` (`during_dispatch`, or `arguments_streaming` once it resolved: the next call
+ * is open); before the end of the response → `{ beforeCompleted }` (instead of the `finish_reason`
+ * chunk: the last call is still open, so `arguments_streaming`; `after_dispatch_before_stop` never
+ * occurs on this API, STREAM-20's table). A raw event number is
  * drawn for a Responses stream of as many calls (up to 6 + 6 per call, its reasoning item
  * included), whose events outnumber these chunks: it is scaled onto the fewest chunks such a
  * response can have (the role chunk, one content piece, per call its naming fragment and one
