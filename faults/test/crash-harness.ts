@@ -1,6 +1,6 @@
 /**
  * The crash suite's parent side: runner processes (crash-worker.ts, forked), the mock provider (the
- * Anthropic Messages API or the OpenAI Responses API) and mock payments they talk to, durable stores they share, and the oracle that reads the truth from
+ * Anthropic Messages API, or apps/mock-openai: the Responses API or Chat Completions) and mock payments they talk to, durable stores they share, and the oracle that reads the truth from
  * the payments API's effect log, the ledger rows and what the conversation store holds.
  */
 import { fork, type ChildProcess } from "node:child_process";
@@ -54,7 +54,8 @@ export const responsesPlans = openai.scriptFromPlans(
 export type Reply = { call: string; input: Record<string, unknown> } | { text: string };
 
 function scriptFor(provider: ProviderKind, reply: () => Reply): Script | openai.Script {
-  if (provider === "openai") {
+  // Chat Completions is served by the same mock, from the same script (the chat request as the Responses request it amounts to).
+  if (provider !== "anthropic") {
     return () => {
       const r = reply();
       return "call" in r ? openai.respond(openai.call(r.call, r.input)) : openai.say(r.text);
@@ -487,7 +488,7 @@ export async function makeWorld(options: {
   if (options.model !== undefined && options.model.kind !== providerKind) throw new Error(`model hooks for ${options.model.kind}, provider ${providerKind}`);
   const hooks = options.model;
   const provider: MockProvider | openai.MockOpenAI =
-    providerKind === "openai"
+    providerKind !== "anthropic"
       ? await openai.startMockOpenAI({
           script: hooks?.kind === "openai" ? hooks.script : options.script ? (scriptFor(providerKind, options.script) as openai.Script) : responsesPlans,
           ...(hooks?.kind === "openai" ? { faultPlan: hooks.faultPlan } : {}),

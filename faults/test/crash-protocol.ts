@@ -32,8 +32,8 @@ export type LedgerConfig = (
 
 export type ConversationStoreConfig = { kind: "sqlite"; path: string } | { kind: "postgres"; url: string; schema: string };
 
-/** Which stream side the runner process runs: the Anthropic Messages API or the OpenAI Responses API. */
-export type ProviderKind = "anthropic" | "openai";
+/** Which stream side the runner process runs: the Anthropic Messages API, the OpenAI Responses API, or OpenAI Chat Completions (ChatCompletionsRunner). */
+export type ProviderKind = "anthropic" | "openai" | "openai-chat";
 
 export interface CrashWorkerConfig {
   provider: ProviderKind;

@@ -1,6 +1,7 @@
 /**
  * A worker process of the crash suite (crash.test.ts): the real runner (the Anthropic stream side
- * over the mock provider, or the OpenAI one over the mock Responses API), the real dispatcher, a
+ * over the mock provider, the OpenAI one over the mock Responses API, or ChatCompletionsRunner over
+ * the same mock's /v1/chat/completions), the real dispatcher, a
  * durable ledger and a durable conversation store, calling mock payments. The parent sends it one message to answer over IPC ("go"). When the
  * configured crash point is reached the worker says so ("reached") and parks there, its timers
  * still running, until the parent SIGKILLs it (a crash), or SIGSTOPs it and later sends "continue"
@@ -15,7 +16,7 @@ import Anthropic from "@anthropic-ai/sdk";
 import OpenAI from "openai";
 import pg from "pg";
 import { ConversationRunner as AnthropicRunner, TurnAccumulator, TurnFailedError } from "@dispatch-once/anthropic";
-import { ConversationRunner as OpenAIRunner, ResponsesTurnAccumulator } from "@dispatch-once/openai";
+import { ChatCompletionsRunner, ConversationRunner as OpenAIRunner, ResponsesTurnAccumulator } from "@dispatch-once/openai";
 import { Dispatcher, MemoryLedger, StoreUnavailableError, ToolError, ToolRegistry, defineTool, isDispatchOnceError, type ConversationStore, type Ledger } from "@dispatch-once/core";
 import { z } from "zod";
 import type { CrashPoint, CrashWorkerConfig, FailedRecord, FromWorker, RecordWriteFailed, SentResult, ToWorker } from "./crash-protocol.js";
@@ -431,7 +432,9 @@ const shared = {
 // A forcing tool choice, reset after the message's first turn (STREAM-18) unless planted out.
 const forcing = config.forceToolChoice === true ? (plants.has("force-every-turn") ? { resetToolChoice: false } : {}) : undefined;
 const runner =
-  config.provider === "openai"
+  config.provider === "openai-chat"
+    ? new ChatCompletionsRunner({ ...shared, client: new OpenAI({ baseURL: config.providerUrl, apiKey: "test", maxRetries: 0 }), model: "gpt-test", ...(forcing !== undefined ? { params: { tool_choice: "required" as const }, ...forcing } : {}) })
+    : config.provider === "openai"
     ? new OpenAIRunner({ ...shared, client: new OpenAI({ baseURL: config.providerUrl, apiKey: "test", maxRetries: 0 }), model: "gpt-test", ...(forcing !== undefined ? { params: { tool_choice: "required" as const }, ...forcing } : {}) })
     : new AnthropicRunner({ ...shared, client: new Anthropic({ baseURL: config.providerUrl, apiKey: "test", maxRetries: 0 }), model: "claude-test", ...(forcing !== undefined ? { params: { tool_choice: { type: "any" as const } }, ...forcing } : {}) });
 

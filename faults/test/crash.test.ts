@@ -1,5 +1,5 @@
 /**
- * The crash suite: runner processes (the Anthropic or the OpenAI stream side over its mock provider,
+ * The crash suite: runner processes (the Anthropic, the OpenAI Responses or the Chat Completions stream side over its mock provider,
  * the real dispatcher, a durable ledger and a durable conversation store) SIGKILLed at chosen points of a
  * streamed turn that pays, then the same message delivered again to a new process. The oracle
  * reads the payments API's effect log, the ledger rows and the conversation store: each payment
@@ -60,13 +60,19 @@ const invoicesOf = (w: World) => w.payments.effects().filter((e) => e.account ==
 // OpenAI stream side shares the runner; what differs is the stream (a call final at
 // output_item.done, long before response.completed), so it runs the points that window decides,
 // to keep the suite's time: the row completed while response.completed is held, and a commit
-// dying with its connection (every point passed when measured: 9 tests, about 45 s more).
+// dying with its connection (every point passed when measured: 9 tests, about 45 s more). The
+// Chat Completions side (ChatCompletionsRunner) has a stream of its own again (a call final at the
+// next index's first fragment or at finish_reason, STREAM-20; no event closes a call): it runs the
+// payment accepted and its row in flight, and a commit dying inside its transaction on a server store.
+
 describe.concurrent.each<[ProviderKind, LedgerKind, StoreKind, [CrashPoint, number][]]>([
   ["anthropic", "sqlite", "sqlite", EVERY_POINT],
   ["anthropic", "postgres", "postgres", [["after_accept", 1], ["during_commit", 1], ["after_commit", 1]]],
   ["anthropic", "redis", "postgres", [["after_accept", 1], ["after_complete", 1]]],
   ["openai", "sqlite", "sqlite", [["after_complete", 1]]],
   ["openai", "redis", "postgres", [["during_commit", 1]]],
+  ["openai-chat", "sqlite", "sqlite", [["after_accept", 1]]],
+  ["openai-chat", "postgres", "postgres", [["during_commit", 1]]],
 ])("a runner process (%s) SIGKILLed mid-turn (%s ledger, %s conversations)", (provider, ledger, store, points) => {
   it.each<[CrashPoint, number]>(points)("killed %s (#%i): the re-sent message is answered with the one payment, the ledger row completed with it", (point, occurrence) =>
     inWorld({ provider, ledger, store }, async (world) => {
