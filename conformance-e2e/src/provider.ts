@@ -43,7 +43,8 @@ export type RunnerProviderName = "anthropic" | "openai" | "openai-chat";
 /**
  * The runner's stream sides the kit's planted-bug suites run on, each planted test once per side.
  * `"openai-chat"` is not among them (CI's budget): its certification and its planted bugs are
- * test/e2e.test.ts's and test/e2e-chat-planted.test.ts's.
+ * test/e2e.test.ts's and test/e2e-chat-planted.test.ts's, and four record suites run on it too
+ * (test/chat-sides.ts `WITH_CHAT`); every other planted suite was run on it once (README).
  */
 export const RUNNER_PROVIDERS = ["anthropic", "openai"] as const satisfies readonly RunnerProviderName[];
 

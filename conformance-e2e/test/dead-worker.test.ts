@@ -3,7 +3,7 @@ import { describe, expect, it } from "vitest";
 import { memoryLedgerSubject } from "@dispatch-once/conformance/ledger";
 import { runCase } from "../src/case.js";
 import type { MessagePlan, Scenario } from "../src/scenario.js";
-import { RUNNER_PROVIDERS } from "../src/provider.js";
+import { WITH_CHAT } from "./chat-sides.js";
 import { startWorld } from "../src/world.js";
 
 /**
@@ -57,7 +57,7 @@ const message: MessagePlan = {
 };
 const scenario: Scenario = { conversations: [{ id: "conv-0", messages: [message] }], providerSeed: 5 };
 
-describe.each(RUNNER_PROVIDERS)("a dead worker's effect that no later attempt reaches (RECORD-6, provider %s)", (provider) => {
+describe.each(WITH_CHAT)("a dead worker's effect that no later attempt reaches (RECORD-6, provider %s)", (provider) => {
   it("occurs in the scenario: the dead worker's payment happened, no live attempt reached its key, and the real runner's resumed record reports it", async () => {
     const world = await startWorld(provider);
     try {

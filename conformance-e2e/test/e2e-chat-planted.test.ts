@@ -8,8 +8,8 @@ import { cleanCloseTakenForTheEnd } from "./stream-plants.js";
 /**
  * The Chat Completions side (provider "openai-chat": ChatCompletionsRunner against apps/mock-openai's
  * /v1/chat/completions) with a planted bug must fail the oracle within a few runs, as the other
- * sides' planted suites require of them (those run on RUNNER_PROVIDERS; this side's certification
- * is e2e.test.ts's). The search stops at the first failing scenario (run 1 and run 3 at these
+ * sides' planted suites require of them (those run on RUNNER_PROVIDERS, and four record suites on
+ * this side too, chat-sides.ts WITH_CHAT; this side's certification is e2e.test.ts's). The search stops at the first failing scenario (run 1 and run 3 at these
  * seeds) and reports it unshrunk, as CI's budget wants: the message names the rule, the
  * timeline, and the seed and path that replay it.
  */

@@ -1,7 +1,8 @@
 import type { Ledger, ToolDefinition } from "@dispatch-once/core";
 import { describe, expect, it } from "vitest";
 import { ConformanceFailure } from "@dispatch-once/conformance/ledger";
-import { RUNNER_PROVIDERS, runEndToEnd } from "../src/index.js";
+import { runEndToEnd } from "../src/index.js";
+import { WITH_CHAT } from "./chat-sides.js";
 import type { DispatcherDefaults } from "../src/world.js";
 import { FULL_SHRINK, expectReadable } from "./readable.js";
 import { listingWithout, memory, realDispatcher } from "./audit-mutants.js";
@@ -46,7 +47,7 @@ function expectVerdict(message: string): void {
   );
 }
 
-describe.each(RUNNER_PROVIDERS)("a re-run the model answers differently: the end-to-end oracle rejects a resumed turn's record that misses the dead worker's row (provider %s)", (provider) => {
+describe.each(WITH_CHAT)("a re-run the model answers differently: the end-to-end oracle rejects a resumed turn's record that misses the dead worker's row (provider %s)", (provider) => {
   it("RECORD-8 the take-over commits without the dead worker's payment, and its record lists no row (shrinking off); the real dispatcher passes that scenario and its record names the dead worker's row", async () => {
     const error = await runEndToEnd(memory, { deploys: false,
       provider,

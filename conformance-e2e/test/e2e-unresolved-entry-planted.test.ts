@@ -1,8 +1,9 @@
 import { MemoryConversationStore, isDispatchOnceError, type CallDispatcher, type ConversationStore, type JsonValue, type Ledger, type ToolDefinition } from "@dispatch-once/core";
 import type { FailedTurnRecord } from "@dispatch-once/runner";
 import { describe, expect, it } from "vitest";
-import { RUNNER_PROVIDERS, runEndToEnd } from "../src/index.js";
+import { runEndToEnd } from "../src/index.js";
 import type { DispatcherDefaults } from "../src/world.js";
+import { WITH_CHAT, type WithChat } from "./chat-sides.js";
 import { SHRINKS, expectReadable } from "./readable.js";
 import { memory, observeClaims, realDispatcher, wrapDispatcher } from "./audit-mutants.js";
 
@@ -21,7 +22,16 @@ import { memory, observeClaims, realDispatcher, wrapDispatcher } from "./audit-m
  * worker's payment, made before that send began, passed.
  */
 const SEARCH_BUDGET_MS = 120_000;
-const SEED = 5;
+/**
+ * The seed whose search reaches the bug on each side, and the scenarios the control replays (the
+ * search's, to the failing one). On Chat Completions seed 5's 300 runs never do (as in
+ * e2e-takeover-release-planted, whose condition this is): seed 2 does, at run 15, a void_payment.
+ */
+const SEEDS: Record<WithChat, { seed: number; runs: number }> = {
+  anthropic: { seed: 5, runs: 13 },
+  openai: { seed: 5, runs: 13 },
+  "openai-chat": { seed: 2, runs: 15 },
+};
 
 const takeoverClaim = new Map<string, boolean>();
 const takeoverReleases = new Set<string>();
@@ -73,23 +83,24 @@ function observingDispatcher(tools: ToolDefinition<any, any>[], ledger: Ledger, 
 
 // Fully shrunk the search costs about 17 s per side on a loaded host: CI runs the verdict with shrinking off, and
 // CONFORMANCE_E2E_FULL_SHRINK=1 runs it fully shrunk too (readable.ts, SHRINKS; it held there when the test was written).
-describe.each(RUNNER_PROVIDERS)("an entry no attempt resolved: the end-to-end oracle judges it by what it can know (provider %s)", (provider) => {
+describe.each(WITH_CHAT)("an entry no attempt resolved: the end-to-end oracle judges it by what it can know (provider %s)", (provider) => {
   for (const [name, shrinkTimeLimitMs] of SHRINKS) {
     it(`RECORD-2 a take-over's call written as never dispatched (a call id no attempt resolved) that says not_happened, the dead worker's effect made before (${name})`, async () => {
       planted.count = 0;
+      const { seed } = SEEDS[provider];
       const error = await runEndToEnd(memory, { deploys: false,
         provider,
         runs: 300,
-        seed: SEED,
+        seed,
         timeLimitMs: SEARCH_BUDGET_MS,
         ...(shrinkTimeLimitMs !== undefined ? { shrinkTimeLimitMs } : {}),
         conversationStore: unresolvingStore,
         dispatcher: observingDispatcher,
       }).catch((e: unknown) => e);
       expect(planted.count).toBeGreaterThan(0);
-      const message = expectReadable(error, SEED);
-      expect(message).toMatch(/breaks RECORD-2\): .* says send_payment key [0-9a-f]{8} did not happen in attempt \d+ \(not_run; a call no logged attempt resolved/);
-      expect(message).toMatch(/made it before .*payment_created/);
+      const message = expectReadable(error, seed);
+      expect(message).toMatch(/breaks RECORD-2\): .* says (send|void)_payment key [0-9a-f]{8} did not happen in attempt \d+ \(not_run; a call no logged attempt resolved/);
+      expect(message).toMatch(/made it before .*payment_(created|voided)/);
       // Judged by what the events say: every attempt of that number the turn had before the record.
       expect(message).toMatch(/untrue of each of the turn's \d+ attempt\(s\) of that number|before any of them began/);
       if (shrinkTimeLimitMs === undefined) expect(message).not.toMatch(/shrinking cut short/);
@@ -101,9 +112,8 @@ describe.each(RUNNER_PROVIDERS)("an entry no attempt resolved: the end-to-end or
     let stats: Record<string, number> = {};
     await runEndToEnd(memory, { deploys: false,
       provider,
-      // The mutant's search stops at run 12 (path "11"): the same first 13 scenarios, the failing one included.
-      runs: 13,
-      seed: SEED,
+      // The mutant's search stops at run 12 (path "11"; chat: run 15, path "14"): the same first scenarios, the failing one included.
+      ...SEEDS[provider],
       dispatcher: observingDispatcher,
       onStats: (s) => (stats = s),
     });
