@@ -183,6 +183,8 @@ export class RunnerProcess {
 
 export interface World {
   providerKind: ProviderKind;
+  /** The APIs the provider mock was asked on, in the order first asked (apps/mock-openai's `responses` or `chat.completions`; `messages` for the Anthropic mock). */
+  apis(): string[];
   /** The next response stops before its last event (message_stop, response.completed) until its client goes. */
   holdBeforeFinish(): void;
   /** The next response's connection is reset where its last event (message_stop, response.completed) would be. */
@@ -627,6 +629,7 @@ export async function makeWorld(options: {
 
   return {
     providerKind,
+    apis: () => ("queueFault" in provider ? [...new Set(provider.requests.map((r) => r.api))] : provider.requests.length > 0 ? ["messages"] : []),
     holdBeforeFinish: () => fault("hold"),
     cutBeforeFinish: () => fault("reset"),
     payments,

@@ -50,6 +50,9 @@ async function crashAt(w: World, conversationId: string, point: CrashPoint, occu
   return second;
 }
 
+/** The API each stream side asks its mock on. */
+const API_OF: Record<ProviderKind, string> = { anthropic: "messages", openai: "responses", "openai-chat": "chat.completions" };
+
 const paymentsOf = (w: World) => w.payments.effects().filter((e) => e.account === w.account && e.kind === "payment_created");
 const invoicesOf = (w: World) => w.payments.effects().filter((e) => e.account === w.account && e.kind === "invoice_created");
 
@@ -99,6 +102,8 @@ describe.concurrent.each<[ProviderKind, LedgerKind, StoreKind, [CrashPoint, numb
       expect(audit.messages).toEqual({ m1: "answered" });
       expect(audit.rows.map((r) => [r.key, r.state])).toEqual([[payment!.idempotencyKey, "completed"]]);
       expect(audit.log).toContain(payment!.resourceId);
+      // Each runner process spoke its side's API (ChatCompletionsRunner: Chat Completions, on the mock that also serves Responses).
+      expect(world.apis()).toEqual([API_OF[provider]]);
     }),
   );
 });
