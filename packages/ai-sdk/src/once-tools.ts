@@ -581,6 +581,10 @@ export class OnceTools<TOOLS extends ToolSet> {
       }
     };
     const outcomes = new Map<string, DispatchOutcome>();
+    // In "tool-call" mode, the argument text each call's tool-input parts streamed, by the part's id.
+    const streamed = new Map<string, string>();
+    // The calls `repairToolCall` was asked to repair: their arguments are the repair's, not the stream's.
+    const repairedCalls = new Set<string>();
     // Every key of a call the AI SDK executed in this request, whatever its outcome: the answer
     // carries its result or error (AISDK-5), so it is not unanswered (AISDK-14). Not every key
     // dispatched: a call started at its tool-call part whose step the provider ended at its output
@@ -665,6 +669,7 @@ export class OnceTools<TOOLS extends ToolSet> {
     const repairToolCall = <T extends ToolSet>(repair: ToolCallRepairFunction<T>): ToolCallRepairFunction<T> => {
       if (typeof repair !== "function") throw new InvalidArgumentError("repair", "must be the app's experimental_repairToolCall function");
       return async (options) => {
+        repairedCalls.add(options.toolCall.toolCallId);
         // Keyed by the call's canonical arguments when its text is JSON: a re-sent request's model may
         // write the same arguments with other whitespace or key order (KEY-8); as text otherwise.
         const broken = { toolName: options.toolCall.toolName, input: jsonOrText(options.toolCall.input) };
@@ -719,8 +724,28 @@ export class OnceTools<TOOLS extends ToolSet> {
       turnIndex,
       outcomeOf: (toolCallId) => outcomes.get(toolCallId),
       onChunk: ({ chunk }) => {
-        if (mode !== "tool-call" || chunk.type !== "tool-call") return;
+        if (mode !== "tool-call") return;
+        // The argument text each call streamed (AISDK-4): a tool-call part is not by itself a sign
+        // that the call is whole. The AI SDK's Chat Completions providers make every call's part when
+        // the body ends, whether or not finish_reason came, from the text streamed so far, and the AI
+        // SDK executes an empty text as {} (a tool whose fields are optional: "every account").
+        if (chunk.type === "tool-input-start" || chunk.type === "tool-input-delta") {
+          const part = chunk as unknown as { id: string; delta?: string };
+          if (chunk.type === "tool-input-start") streamed.set(part.id, "");
+          else if (streamed.has(part.id) && typeof part.delta === "string") streamed.set(part.id, streamed.get(part.id)! + part.delta);
+          return;
+        }
+        if (chunk.type !== "tool-call") return;
         const call = chunk as unknown as { toolCallId: string; toolName: string; input: unknown; invalid?: boolean; dynamic?: boolean };
+        const text = streamed.get(call.toolCallId);
+        streamed.delete(call.toolCallId);
+        // Streamed and not a whole JSON object (empty, or cut and then repaired): left to the step,
+        // which the AI SDK executes only when the response finished (stop or tool-calls). A call that
+        // streamed no pieces but arrived with arguments (a Responses item whose done event carries
+        // them) was made from those, not from the pieces; unless a repair gave them.
+        const repaired = repairedCalls.delete(call.toolCallId);
+        const whole = text === undefined || isWholeJsonObject(text) || (text.trim() === "" && hasMembers(call.input) && !repaired);
+        if (!whole) return;
         const tool = this.tools[call.toolName] as Tool | undefined;
         // An invalid call is answered by the AI SDK itself; one that needs approval must wait for it.
         if (call.invalid === true || tool?.execute === undefined || tool.needsApproval !== undefined || !this.dispatcher.registry.has(call.toolName)) return;
@@ -895,6 +920,21 @@ function fieldsOf(name: string, schema: FlexibleSchema<unknown>, identity: reado
 export function dispatchOnceOf(options: ToolExecutionOptions): DispatchOnceCallInfo | undefined {
   if (typeof options !== "object" || options === null) throw new InvalidArgumentError("options", `must be the options execute was called with, got ${describeValue(options)}`);
   return (options as Partial<OnceExecutionOptions>).dispatchOnce;
+}
+
+/** Whether `text` is a whole JSON object: more text would make it not JSON, so the call it carries is final. */
+function isWholeJsonObject(text: string): boolean {
+  try {
+    const value = JSON.parse(text) as unknown;
+    return typeof value === "object" && value !== null && !Array.isArray(value);
+  } catch {
+    return false;
+  }
+}
+
+/** Whether `value` is an object with at least one member (not what the AI SDK makes of an empty argument text). */
+function hasMembers(value: unknown): boolean {
+  return typeof value === "object" && value !== null && Object.keys(value).length > 0;
 }
 
 /** The value of a JSON text, or the text itself when it is not JSON. */

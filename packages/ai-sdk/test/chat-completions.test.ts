@@ -1,0 +1,143 @@
+import { createOpenAI } from "@ai-sdk/openai";
+import { createOpenAICompatible } from "@ai-sdk/openai-compatible";
+import { MemoryLedger } from "@dispatch-once/core";
+import { call, respond, scriptFromPlans, startMockOpenAI, type MockOpenAI } from "@dispatch-once/mock-openai";
+import { startMockPayments, type MockPaymentsServer } from "@dispatch-once/mock-payments";
+import { stepCountIs, streamText, tool, type LanguageModel, type ModelMessage, type ToolCallRepairFunction, type ToolSet } from "ai";
+import { z } from "zod";
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { createOnceTools } from "../src/index.js";
+import { drain, invoiceTool, outputsOf, quiet, settled } from "./helpers.js";
+
+/*
+ * The AI SDK over Chat Completions models (`createOpenAI(...).chat(...)` and
+ * `@ai-sdk/openai-compatible`, what vLLM, Groq, Together, Ollama, DeepSeek and OpenRouter are used
+ * through), against the mock's `POST /v1/chat/completions`. Both providers (their shared
+ * `StreamingToolCallTracker`) make every call's `tool-call` part at the end of the body, right
+ * before the `finish` part, also when the body ended without a `finish_reason`.
+ */
+let mock: MockOpenAI;
+let payments: MockPaymentsServer;
+beforeEach(async () => {
+  payments = await startMockPayments();
+  mock = await startMockOpenAI({
+    seed: "ai-sdk-chat",
+    script: scriptFromPlans({
+      "bill acme": respond(call("create_invoice", { customer: "acme", amount: 12_500 })),
+      "bill acme twice": respond(call("create_invoice", { customer: "acme", amount: 5 }), call("create_invoice", { customer: "acme", amount: 5 })),
+      "close acme": respond(call("close_accounts", { customer: "acme" })),
+    }),
+  });
+});
+afterEach(async () => {
+  await mock.close();
+  await payments.close();
+});
+
+const models: [string, () => LanguageModel][] = [
+  ["@ai-sdk/openai .chat()", () => createOpenAI({ baseURL: mock.baseURL, apiKey: "test" }).chat("gpt-4.1")],
+  ["@ai-sdk/openai-compatible", () => createOpenAICompatible({ name: "vllm", baseURL: mock.baseURL, apiKey: "test" }).chatModel("qwen3")],
+];
+const ask = (text: string): ModelMessage[] => [{ role: "user", content: text }];
+
+describe.each(models)("Chat Completions through %s", (_name, model) => {
+  it("AISDK-2: a regenerate of the turn bills once, and a request goes to /v1/chat/completions", async () => {
+    const once = createOnceTools({ tools: { create_invoice: invoiceTool(payments) }, effects: { create_invoice: "unkeyed_write" }, ledger: new MemoryLedger(), dispatcher: quiet });
+    const outputs: unknown[][] = [];
+    for (let attempt = 0; attempt < 2; attempt++) {
+      const turn = once.forTurn({ conversationId: "chat_c", messages: ask("bill acme") });
+      outputs.push(outputsOf(await drain(streamText({ model: model(), messages: ask("bill acme"), tools: turn.tools, stopWhen: stepCountIs(3), maxRetries: 0 }).fullStream)));
+    }
+    expect(mock.requests.every((r) => r.api === "chat.completions")).toBe(true);
+    expect(payments.effects()).toHaveLength(1);
+    expect(outputs[1]).toEqual(outputs[0]);
+  });
+
+  it("AISDK-4: at the tool-call part, a stream cut before finish_reason and retried bills once; identical calls of one response bill twice, once each", async () => {
+    const ledger = new MemoryLedger();
+    const once = createOnceTools({ tools: { create_invoice: invoiceTool(payments) }, effects: { create_invoice: "unkeyed_write" }, ledger, dispatcher: quiet });
+    const attempt = () => {
+      const turn = once.forTurn({ conversationId: "chat_c", messages: ask("bill acme twice"), dispatchAt: "tool-call" });
+      return drain(streamText({ model: model(), messages: ask("bill acme twice"), tools: turn.tools, onChunk: turn.onChunk, stopWhen: stepCountIs(3), maxRetries: 0, onError: () => {} }).fullStream);
+    };
+    // A body that ends cleanly after both calls, before finish_reason: the provider still makes both tool-call parts.
+    mock.queueFault({ kind: "clean_close", at: { beforeCompleted: true } });
+    const cut = await attempt();
+    expect(outputsOf(cut)).toEqual([]);
+    await settled(ledger, "chat_c");
+    expect(payments.effects()).toHaveLength(2);
+    const retried = await attempt();
+    expect(payments.effects()).toHaveLength(2);
+    expect(outputsOf(retried)).toHaveLength(2);
+  });
+});
+
+describe.each(models)("a body cut after a call's name, before its arguments, through %s", (_name, model) => {
+  // A tool whose arguments are all optional: {} closes every account of the workspace.
+  const closeAccounts = (ran: unknown[]) =>
+    tool({
+      description: "Close a customer's accounts (every customer's when none is named)",
+      inputSchema: z.object({ customer: z.string().optional() }),
+      execute: async (input) => {
+        ran.push(input);
+        return { closed: input.customer ?? "every account" };
+      },
+    });
+
+  it("AISDK-4: the call is not dispatched at its tool-call part with {} (the AI SDK's reading of no arguments); the retry closes acme's accounts only", async () => {
+    const ran: unknown[] = [];
+    const once = createOnceTools({ tools: { close_accounts: closeAccounts(ran) }, effects: { close_accounts: "unkeyed_write" }, ledger: new MemoryLedger(), dispatcher: quiet });
+    const attempt = () => {
+      const turn = once.forTurn({ conversationId: "chat_x", messages: ask("close acme"), dispatchAt: "tool-call" });
+      return drain(streamText({ model: model(), messages: ask("close acme"), tools: turn.tools, onChunk: turn.onChunk, stopWhen: stepCountIs(3), maxRetries: 0, onError: () => {} }).fullStream);
+    };
+    // The chunk that names the call (its arguments "") arrives, then the body ends cleanly.
+    mock.queueFault({ kind: "clean_close", at: { call: 0, afterFragment: 0 } });
+    const cut = await attempt();
+    expect(cut.find((p) => p.type === "finish")).toMatchObject({ finishReason: expect.not.stringMatching(/^(stop|tool-calls)$/) });
+    const retried = await attempt();
+    expect(outputsOf(retried)).toEqual([{ closed: "acme" }]);
+    expect(ran).toEqual([{ customer: "acme" }]);
+  });
+
+  it("AISDK-4: a call cut in its arguments and then repaired (AISDK-11) is not dispatched at its tool-call part either", async () => {
+    const ran: unknown[] = [];
+    const once = createOnceTools({ tools: { close_accounts: closeAccounts(ran) }, effects: { close_accounts: "unkeyed_write" }, ledger: new MemoryLedger(), dispatcher: quiet });
+    // A repair that drops arguments it cannot read (a JSON repair that keeps only whole members does the same here).
+    const repairs: string[] = [];
+    const dropUnreadable: ToolCallRepairFunction<ToolSet> = async ({ toolCall }) => {
+      repairs.push(toolCall.input);
+      return { ...toolCall, input: "{}" };
+    };
+    const attempt = () => {
+      const turn = once.forTurn({ conversationId: "chat_r", messages: ask("close acme"), dispatchAt: "tool-call" });
+      return drain(
+        streamText({ model: model(), messages: ask("close acme"), tools: turn.tools, onChunk: turn.onChunk, experimental_repairToolCall: turn.repairToolCall(dropUnreadable), stopWhen: stepCountIs(3), maxRetries: 0, onError: () => {} }).fullStream,
+      );
+    };
+    // Its first argument piece arrives, then the body ends cleanly.
+    mock.queueFault({ kind: "clean_close", at: { call: 0, afterFragment: 1 } });
+    await attempt();
+    expect(repairs).toHaveLength(1);
+    const retried = await attempt();
+    expect(outputsOf(retried)).toEqual([{ closed: "acme" }]);
+    expect(ran).toEqual([{ customer: "acme" }]);
+  });
+
+  it("AISDK-4: a call cut after its name whose {} the schema refuses, repaired into arguments, is not dispatched at its tool-call part", async () => {
+    const once = createOnceTools({ tools: { create_invoice: invoiceTool(payments) }, effects: { create_invoice: "unkeyed_write" }, ledger: new MemoryLedger(), dispatcher: quiet });
+    // A repair that asks the model again: it answers with arguments of its own.
+    const reask: ToolCallRepairFunction<ToolSet> = async ({ toolCall }) => ({ ...toolCall, input: JSON.stringify({ customer: "acme", amount: 99 }) });
+    const attempt = () => {
+      const turn = once.forTurn({ conversationId: "chat_q", messages: ask("bill acme"), dispatchAt: "tool-call" });
+      return drain(
+        streamText({ model: model(), messages: ask("bill acme"), tools: turn.tools, onChunk: turn.onChunk, experimental_repairToolCall: turn.repairToolCall(reask), stopWhen: stepCountIs(3), maxRetries: 0, onError: () => {} }).fullStream,
+      );
+    };
+    mock.queueFault({ kind: "clean_close", at: { call: 0, afterFragment: 0 } });
+    await attempt();
+    const retried = await attempt();
+    expect(outputsOf(retried)).toHaveLength(1);
+    expect(payments.effects().map((e) => e.payload.amount)).toEqual([12_500]);
+  });
+});
