@@ -39,8 +39,10 @@ class SpliceWatch {
       this.positions.add(index);
       return undefined;
     }
-    // Chat Completions: every chunk names its completion.
-    if (event["object"] === "chat.completion.chunk" && typeof event["id"] === "string") return this.responseOf(event["id"], "chat.completion.chunk");
+    // Chat Completions: every chunk names its completion. Known by its `choices`, not by `object`,
+    // which the AI SDK does not read and a server may leave out; an empty id (Azure's first chunk,
+    // its prompt filter results, has "") names nothing.
+    if (Array.isArray(event["choices"]) && typeof event["id"] === "string" && event["id"] !== "") return this.responseOf(event["id"], "chat.completion.chunk");
     return undefined;
   }
 

@@ -3,10 +3,10 @@ import { createOpenAICompatible } from "@ai-sdk/openai-compatible";
 import { MemoryLedger } from "@dispatch-once/core";
 import { call, respond, scriptFromPlans, startMockOpenAI, type MockOpenAI } from "@dispatch-once/mock-openai";
 import { startMockPayments, type MockPaymentsServer } from "@dispatch-once/mock-payments";
-import { stepCountIs, streamText, tool, type LanguageModel, type ModelMessage, type ToolCallRepairFunction, type ToolSet } from "ai";
+import { stepCountIs, streamText, tool, wrapLanguageModel, type LanguageModel, type ModelMessage, type ToolCallRepairFunction, type ToolSet } from "ai";
 import { z } from "zod";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { createOnceTools } from "../src/index.js";
+import { createOnceTools, spliceGuard } from "../src/index.js";
 import { drain, invoiceTool, outputsOf, quiet, settled } from "./helpers.js";
 
 /*
@@ -140,4 +140,64 @@ describe.each(models)("a body cut after a call's name, before its arguments, thr
     expect(outputsOf(retried)).toHaveLength(1);
     expect(payments.effects().map((e) => e.payload.amount)).toEqual([12_500]);
   });
+});
+
+/*
+ * AISDK-16 on Chat Completions: a proxy that sent the request again after its upstream died splices
+ * the new completion into the body after the first's acme call. The tracker opens the spliced
+ * completion's acme call at index 0 as another call (the held one's arguments are whole, and the
+ * new fragment names a call and starts an object, as servers that send each call whole do), so unguarded
+ * "bill acme 5 and bob 7" runs acme twice. Every chunk names its completion (`id`); `object` is not
+ * read by the AI SDK, and a server may leave it out.
+ */
+describe("a second completion spliced into a Chat Completions body", () => {
+  const fragment = (id: string, index: number, callId: string | undefined, name: string | undefined, args: string, object: boolean) => ({
+    id,
+    ...(object ? { object: "chat.completion.chunk" } : {}),
+    created: 1,
+    model: "m",
+    choices: [{ index: 0, delta: { tool_calls: [{ index, ...(callId !== undefined ? { id: callId, type: "function" } : {}), function: { ...(name !== undefined ? { name } : {}), arguments: args } }] }, finish_reason: null }],
+  });
+  const body = (object: boolean) => [
+    fragment("chatcmpl-1", 0, "call_a", "create_invoice", "", object),
+    fragment("chatcmpl-1", 0, undefined, undefined, '{"customer":"acme","amount":5}', object),
+    // The proxy's second upstream request, from its start:
+    fragment("chatcmpl-2", 0, "call_b", "create_invoice", '{"customer":"acme","amount":5}', object),
+    fragment("chatcmpl-2", 1, "call_c", "create_invoice", '{"customer":"bob","amount":7}', object),
+    { id: "chatcmpl-2", ...(object ? { object: "chat.completion.chunk" } : {}), created: 1, model: "m", choices: [{ index: 0, delta: {}, finish_reason: "tool_calls" }] },
+  ];
+  const sse = (chunks: object[]) => chunks.map((c) => `data: ${JSON.stringify(c)}\n\n`).join("") + "data: [DONE]\n\n";
+  // One request spliced, every later one (the loop's next step, a re-send) a plain answer.
+  const spliced = (object: boolean) => {
+    let n = 0;
+    return (async () =>
+      new Response(n++ === 0 ? sse(body(object)) : sse([{ id: `chatcmpl-${n + 2}`, object: "chat.completion.chunk", created: 1, model: "m", choices: [{ index: 0, delta: { content: "Done." }, finish_reason: "stop" }] }]), {
+        headers: { "content-type": "text/event-stream" },
+      })) as typeof globalThis.fetch;
+  };
+  const providers: [string, (fetch: typeof globalThis.fetch) => LanguageModel][] = [
+    ["@ai-sdk/openai .chat()", (fetch) => createOpenAI({ apiKey: "test", fetch }).chat("gpt-4.1")],
+    ["@ai-sdk/openai-compatible", (fetch) => createOpenAICompatible({ name: "vllm", baseURL: "http://vllm.invalid/v1", apiKey: "test", fetch }).chatModel("qwen3")],
+  ];
+  const paid = () => payments.effects().map((e) => `${String(e.payload["customer"])} ${String(e.payload["amount"])}`);
+  const run = async (model: LanguageModel) => {
+    const once = createOnceTools({ tools: { create_invoice: invoiceTool(payments) }, effects: { create_invoice: "unkeyed_write" }, ledger: new MemoryLedger(), dispatcher: quiet });
+    const turn = once.forTurn({ conversationId: "chat_s", messages: ask("bill acme 5 and bob 7") });
+    return drain(streamText({ model, messages: ask("bill acme 5 and bob 7"), tools: turn.tools, stopWhen: stepCountIs(2), maxRetries: 0, onError: () => {} }).fullStream);
+  };
+
+  it.each(providers)("unguarded, %s runs the spliced completion's acme call beside the first's", async (_name, make) => {
+    await run(make(spliced(true)));
+    expect(paid()).toEqual(["acme 5", "acme 5", "bob 7"]);
+  });
+
+  it.each(providers.flatMap(([name, make]) => [true, false].map((object) => [`${name}, chunks ${object ? "with" : "without"} object`, make, object] as const)))(
+    "AISDK-16: spliceGuard fails the stream at the second completion's first chunk through %s",
+    async (_name, make, object) => {
+      const parts = await run(wrapLanguageModel({ model: make(spliced(object)) as Parameters<typeof wrapLanguageModel>[0]["model"], middleware: spliceGuard() }));
+      expect(parts.find((p) => p.type === "error")).toMatchObject({ error: { code: "stream_incomplete" } });
+      expect(parts.find((p) => p.type === "finish-step")).toMatchObject({ finishReason: "error" });
+      expect(paid()).toEqual([]);
+    },
+  );
 });

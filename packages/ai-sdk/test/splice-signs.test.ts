@@ -45,6 +45,13 @@ describe("spliceGuard's signs of a second response (AISDK-16)", () => {
     expect((await guarded([created("r1")], [], true)).seen.some((p) => p.type === "raw")).toBe(true);
   });
 
+  it("a Chat Completions stream whose first chunk names no completion (Azure's prompt filter results, id \"\") passes whole", async () => {
+    const chunk = (id: string) => ({ id, object: "chat.completion.chunk", choices: [{ index: 0, delta: { content: "x" } }] });
+    const r = await guarded([{ id: "", object: "", choices: [], prompt_filter_results: [] }, chunk("c1"), chunk("c1")], [{ type: "finish" }]);
+    expect(r.error).toBeUndefined();
+    expect(r.passed).toEqual([0, 1, 2]);
+  });
+
   const cases: { name: string; events: unknown[]; extra?: Part[]; at: number; says: RegExp }[] = [
     { name: "a second response.created", events: [created("r1"), added(0, fc("a")), done(0), created("r2"), added(0, fc("c"))], at: 3, says: /response\.created second_response: a second response \(r2\) began in the stream of r1/ },
     { name: "headless: a call at an output_index that held a call (same type, no response event)", events: [created("r1"), added(0, fc("a")), done(0), added(0, fc("c")), done(0)], at: 3, says: /response\.output_item\.added at output_index 0, which already holds an item of r1/ },
@@ -64,7 +71,8 @@ describe("spliceGuard's signs of a second response (AISDK-16)", () => {
       says: /content_block_start at index 0/,
     },
     { name: "Messages API, a second message_start", events: [{ type: "message_start", message: { id: "msg_1" } }, { type: "message_start", message: { id: "msg_2" } }], at: 1, says: /message_start second_response/ },
-    { name: "Chat Completions, a chunk of another completion", events: [{ object: "chat.completion.chunk", id: "c1" }, { object: "chat.completion.chunk", id: "c1" }, { object: "chat.completion.chunk", id: "c2" }], at: 2, says: /chat\.completion\.chunk second_response/ },
+    { name: "Chat Completions, a chunk of another completion from a server that leaves out object", events: [{ id: "c1", choices: [] }, { id: "c2", choices: [] }], at: 1, says: /chat\.completion\.chunk second_response/ },
+    { name: "Chat Completions, a chunk of another completion", events: [{ object: "chat.completion.chunk", id: "c1", choices: [] }, { object: "chat.completion.chunk", id: "c1", choices: [] }, { object: "chat.completion.chunk", id: "c2", choices: [] }], at: 2, says: /chat\.completion\.chunk second_response/ },
     { name: "no raw events, a second response-metadata part with another id", events: [], extra: [{ type: "response-metadata", id: "x1" }, { type: "tool-call", toolCallId: "1" }, { type: "response-metadata", id: "x2" }, { type: "tool-call", toolCallId: "2" }], at: 0, says: /response-metadata: a second response \(x2\)/ },
   ];
   for (const c of cases) {
