@@ -92,6 +92,15 @@ const PROVIDER_RUN_OPTIONS: Readonly<Record<string, string>> = {
     "would make the provider call the tools of these remote MCP servers itself (the MCP connector), inside the response: outside every ledger, once more in each retried attempt of a cut stream, so a payment through one is made once per attempt. Give the tools to the application (@dispatch-once/mcp guards an MCP server's tools)",
   container:
     "would make the provider reuse a code execution container (its files, its skills) in every request: what code execution does there is run by the provider itself, outside every ledger, once more in each retried attempt, and the container keeps state no conversation the app keeps holds",
+  // @ai-sdk/openai-compatible copies a provider's options into the Chat Completions body as they are.
+  compound_custom:
+    "would set the tools Groq's compound systems run themselves (code execution, browser automation, ...) inside the response: outside every ledger, once more in each retried attempt of a cut stream. Give the effect to the application as a tool wrapped by createOnceTools",
+};
+
+// Provider options by which the provider runs a search itself (a read): refused unless "allow-reads".
+const PROVIDER_READ_OPTIONS: Readonly<Record<string, string>> = {
+  web_search_options:
+    "would make the provider search the web itself inside the response (Chat Completions' web_search_options, which @ai-sdk/openai-compatible copies into the body): outside every ledger, once more in each retried attempt of a cut stream. It only reads, so it may be sent with providerTools: \"allow-reads\" (each attempt's searches are billed)",
 };
 
 /**
@@ -100,8 +109,11 @@ const PROVIDER_RUN_OPTIONS: Readonly<Record<string, string>> = {
  * carry a tool the provider runs itself (STREAM-19, AISDK-15): a provider-defined tool in
  * `tools` (whoever put it there: the app's spread beside `turn.tools`, `prepareStep`), a
  * `toolChoice` naming a tool the request holds as no function tool (`@ai-sdk/openai` turns
- * `{ type: "tool", toolName: "code_interpreter" }` into a hosted tool choice), and Anthropic's
- * `mcpServers` and `container` provider options. The refusal is an `invalid_argument` naming the
+ * `{ type: "tool", toolName: "code_interpreter" }` into a hosted tool choice), Anthropic's
+ * `mcpServers` and `container` provider options, and, in any provider's options (which
+ * `@ai-sdk/openai-compatible` copies into the Chat Completions body), Groq's `compound_custom` and
+ * (unless `"allow-reads"`) `web_search_options`. A model that runs tools by its id alone (Groq's
+ * `groq/compound`, a search model) shows nothing in the request: the guard cannot see it. The refusal is an `invalid_argument` naming the
  * field, thrown from the model call: `streamText` reports it as its `error` part, `generateText`
  * rejects with it, and nothing is sent.
  * @example const model = wrapLanguageModel({ model: openai.responses("gpt-5"), middleware: providerToolsGuard() });
@@ -136,6 +148,10 @@ export function providerToolsGuard(options: ProviderToolsGuardOptions = {}): Lan
         for (const [name, why] of Object.entries(PROVIDER_RUN_OPTIONS)) {
           const value = (values as Record<string, unknown>)[name];
           if (value != null && !(Array.isArray(value) && value.length === 0)) throw new InvalidArgumentError(`params.providerOptions.${provider}.${name}`, why);
+        }
+        if (policy === "allow-reads") continue;
+        for (const [name, why] of Object.entries(PROVIDER_READ_OPTIONS)) {
+          if ((values as Record<string, unknown>)[name] != null) throw new InvalidArgumentError(`params.providerOptions.${provider}.${name}`, why);
         }
       }
       return params;

@@ -1,5 +1,6 @@
 import { createAnthropic, anthropic } from "@ai-sdk/anthropic";
 import { createOpenAI, openai } from "@ai-sdk/openai";
+import { createOpenAICompatible } from "@ai-sdk/openai-compatible";
 import { isDispatchOnceError, MemoryLedger } from "@dispatch-once/core";
 import { call, respond, scriptFromPlans as openaiScript, startMockOpenAI, type MockOpenAI } from "@dispatch-once/mock-openai";
 import { scriptFromPlans, startMockProvider, toolUse, turn, type MockProvider } from "@dispatch-once/mock-provider";
@@ -118,6 +119,39 @@ describe("Anthropic routes (Messages API)", () => {
     const bash = anthropic.tools.bash_20250124({ execute: async () => "ok" });
     expect(await run(guarded(claude()), { ...turnTools(), bash })).toEqual([]);
     expect(provider.requests).toHaveLength(1);
+  });
+});
+
+describe("Chat Completions models (@ai-sdk/openai .chat(), @ai-sdk/openai-compatible)", () => {
+  const chat = () => createOpenAI({ baseURL: mock.baseURL, apiKey: "test" }).chat("gpt-4.1");
+  // openai-compatible copies its provider options, under the provider's name, into the request body as they are.
+  const groq = () => createOpenAICompatible({ name: "groq", baseURL: mock.baseURL, apiKey: "test" }).chatModel("groq/compound");
+  const sentBody = () => mock.requests.map((r) => r.body as Record<string, unknown>);
+  const compound = { groq: { compound_custom: { tools: { enabled_tools: ["code_interpreter", "browser_automation"] } } } };
+
+  it("a provider-defined tool beside turn.tools is refused, as on the Responses API (the chat model would drop it with a warning)", async () => {
+    const error = refusal(await run(guarded(chat()), { ...turnTools(), code_interpreter: openai.tools.codeInterpreter() }));
+    expect(error.field).toBe("params.tools[1] (code_interpreter)");
+    expect(mock.requests).toHaveLength(0);
+  });
+
+  it("without the guard, Groq's compound_custom (code execution, browser automation on Groq's servers) reaches the request body: the hole", async () => {
+    await run(groq(), turnTools(), { providerOptions: compound });
+    expect(sentBody()[0]!["compound_custom"]).toEqual(compound.groq.compound_custom);
+  });
+
+  it("with the guard, compound_custom is refused under allow-reads too, and nothing is sent", async () => {
+    expect(refusal(await run(guarded(groq(), "allow-reads"), turnTools(), { providerOptions: compound })).field).toBe("params.providerOptions.groq.compound_custom");
+    expect(mock.requests).toHaveLength(0);
+  });
+
+  it("web_search_options (a search the provider runs) is refused by default and sent under allow-reads", async () => {
+    const search = { providerOptions: { openrouter: { web_search_options: { search_context_size: "low" } } } };
+    const openrouter = () => createOpenAICompatible({ name: "openrouter", baseURL: mock.baseURL, apiKey: "test" }).chatModel("openai/gpt-4.1");
+    expect(refusal(await run(guarded(openrouter()), turnTools(), search)).field).toBe("params.providerOptions.openrouter.web_search_options");
+    expect(mock.requests).toHaveLength(0);
+    expect(await run(guarded(openrouter(), "allow-reads"), turnTools(), search)).toEqual([]);
+    expect(sentBody()[0]!["web_search_options"]).toEqual({ search_context_size: "low" });
   });
 });
 
