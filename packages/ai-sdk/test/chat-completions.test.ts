@@ -1,13 +1,13 @@
 import { createOpenAI } from "@ai-sdk/openai";
 import { createOpenAICompatible } from "@ai-sdk/openai-compatible";
 import { MemoryLedger } from "@dispatch-once/core";
-import { call, respond, scriptFromPlans, startMockOpenAI, type MockOpenAI } from "@dispatch-once/mock-openai";
+import { call, reasoning, respond, scriptFromPlans, startMockOpenAI, type MockOpenAI } from "@dispatch-once/mock-openai";
 import { startMockPayments, type MockPaymentsServer } from "@dispatch-once/mock-payments";
 import { stepCountIs, streamText, tool, wrapLanguageModel, type LanguageModel, type ModelMessage, type ToolCallRepairFunction, type ToolSet } from "ai";
 import { z } from "zod";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { createOnceTools, spliceGuard } from "../src/index.js";
-import { drain, invoiceTool, outputsOf, quiet, settled } from "./helpers.js";
+import { drain, invoiceTool, outputsOf, quiet, settled, until } from "./helpers.js";
 
 /*
  * The AI SDK over Chat Completions models (`createOpenAI(...).chat(...)` and
@@ -69,6 +69,113 @@ describe.each(models)("Chat Completions through %s", (_name, model) => {
     const retried = await attempt();
     expect(payments.effects()).toHaveLength(2);
     expect(outputsOf(retried)).toHaveLength(2);
+  });
+
+  it("AISDK-4: a call is made at the body's end, not when its arguments parse: held after the next call's first fragment, nothing has run; cut there and retried, each call bills once", async () => {
+    const ledger = new MemoryLedger();
+    const once = createOnceTools({ tools: { create_invoice: invoiceTool(payments) }, effects: { create_invoice: "unkeyed_write" }, ledger, dispatcher: quiet });
+    const seen: string[] = [];
+    const attempt = () => {
+      const turn = once.forTurn({ conversationId: "chat_h", messages: ask("bill acme twice"), dispatchAt: "tool-call" });
+      const onChunk: typeof turn.onChunk = (event) => {
+        seen.push(event.chunk.type);
+        turn.onChunk(event);
+      };
+      return drain(streamText({ model: model(), messages: ask("bill acme twice"), tools: turn.tools, onChunk, stopWhen: stepCountIs(3), maxRetries: 0, onError: () => {} }).fullStream);
+    };
+    // Call 0's arguments are whole and call 1 has begun (where the openai package's runner makes call 0 final).
+    mock.queueFault({ kind: "hold", at: { call: 1, afterFragment: 0 } });
+    const first = attempt();
+    await mock.waitForHold(1, { timeoutMs: 10_000 });
+    await until(() => seen.filter((t) => t === "tool-input-start").length === 2);
+    expect(seen).not.toContain("tool-call");
+    mock.cutNow(1, "reset");
+    expect(outputsOf(await first)).toEqual([]);
+    expect(seen).not.toContain("tool-call");
+    expect(payments.effects()).toHaveLength(0);
+    const retried = await attempt();
+    expect(outputsOf(retried)).toHaveLength(2);
+    expect(payments.effects()).toHaveLength(2);
+  });
+
+  it("AISDK-7: a regenerate that re-words a field outside the identity is answered from the ledger", async () => {
+    const reworded = await startMockOpenAI({ seed: "ai-sdk-chat-reword", script: scriptFromPlans({ "bill acme": respond(call("create_invoice", { customer: "acme", amount: 12_500, note: "March deliveries" }, { reword: ["note"] })) }) });
+    try {
+      const noted = tool({
+        description: "Bill a customer",
+        inputSchema: z.object({ customer: z.string(), amount: z.number().int(), note: z.string() }),
+        execute: async ({ customer, amount }, options) => invoiceTool(payments).execute!({ customer, amount }, options),
+      });
+      const once = createOnceTools({ tools: { create_invoice: noted }, effects: { create_invoice: "unkeyed_write" }, identity: { create_invoice: ["customer", "amount"] }, ledger: new MemoryLedger(), dispatcher: quiet });
+      const notes: unknown[] = [];
+      for (let attempt = 0; attempt < 2; attempt++) {
+        const turn = once.forTurn({ conversationId: "chat_w", messages: ask("bill acme") });
+        const m = model === models[0]![1] ? createOpenAI({ baseURL: reworded.baseURL, apiKey: "test" }).chat("gpt-4.1") : createOpenAICompatible({ name: "vllm", baseURL: reworded.baseURL, apiKey: "test" }).chatModel("qwen3");
+        const parts = await drain(streamText({ model: m, messages: ask("bill acme"), tools: turn.tools, stopWhen: stepCountIs(3), maxRetries: 0 }).fullStream);
+        notes.push(parts.filter((p) => p.type === "tool-call").map((p) => (p as { input: { note: string } }).input.note)[0]);
+      }
+      expect(notes[0]).not.toEqual(notes[1]);
+      expect(payments.effects()).toHaveLength(1);
+    } finally {
+      await reworded.close();
+    }
+  });
+});
+
+describe("Gemini's compatibility layer: tool_calls fragments without index, each call whole in one fragment", () => {
+  const chunk = (delta: object, finish: string | null = null) => ({ id: "chatcmpl-g", object: "chat.completion.chunk", created: 1, model: "gemini-2.5-flash", choices: [{ index: 0, delta, finish_reason: finish }] });
+  const whole = (id: string, args: object) => ({ id, type: "function", function: { name: "create_invoice", arguments: JSON.stringify(args) } });
+  // Two identical calls (the user asked for two invoices), then the loop's next step answers.
+  const gemini = () => {
+    let n = 0;
+    return (async () => {
+      const chunks =
+        n++ % 2 === 0
+          ? [chunk({ role: "assistant", tool_calls: [whole(`call_${n}a`, { customer: "acme", amount: 5 })] }), chunk({ tool_calls: [whole(`call_${n}b`, { customer: "acme", amount: 5 })] }), chunk({}, "tool_calls")]
+          : [chunk({ content: "Done." }, "stop")];
+      return new Response(chunks.map((c) => `data: ${JSON.stringify(c)}\n\n`).join("") + "data: [DONE]\n\n", { headers: { "content-type": "text/event-stream" } });
+    }) as typeof globalThis.fetch;
+  };
+  const send = async (once: ReturnType<typeof createOnceTools>, model: LanguageModel) => {
+    const turn = once.forTurn({ conversationId: "chat_g", messages: ask("bill acme 5 twice"), dispatchAt: "tool-call" });
+    return drain(streamText({ model, messages: ask("bill acme 5 twice"), tools: turn.tools, onChunk: turn.onChunk, stopWhen: stepCountIs(3), maxRetries: 0, onError: () => {} }).fullStream);
+  };
+
+  it("@ai-sdk/openai-compatible: two calls, two invoices; a regenerate meets both keys", async () => {
+    const once = createOnceTools({ tools: { create_invoice: invoiceTool(payments) }, effects: { create_invoice: "unkeyed_write" }, ledger: new MemoryLedger(), dispatcher: quiet });
+    const model = createOpenAICompatible({ name: "gemini", baseURL: "http://gemini.invalid/v1", apiKey: "test", fetch: gemini() }).chatModel("gemini-2.5-flash");
+    const first = await send(once, model);
+    const again = await send(once, model);
+    expect(outputsOf(first)).toHaveLength(2);
+    expect(outputsOf(again)).toEqual(outputsOf(first));
+    expect(payments.effects()).toHaveLength(2);
+  });
+
+  it("@ai-sdk/openai .chat() refuses such a chunk (its schema wants index): the step fails, nothing runs", async () => {
+    const once = createOnceTools({ tools: { create_invoice: invoiceTool(payments) }, effects: { create_invoice: "unkeyed_write" }, ledger: new MemoryLedger(), dispatcher: quiet });
+    const parts = await send(once, createOpenAI({ apiKey: "test", fetch: gemini() }).chat("gemini-2.5-flash"));
+    expect(parts.some((p) => p.type === "error")).toBe(true);
+    expect(outputsOf(parts)).toEqual([]);
+    expect(payments.effects()).toHaveLength(0);
+  });
+});
+
+describe("DeepSeek's thinking (reasoning_content) in a tool loop: what the README's advice rests on", () => {
+  it("@ai-sdk/openai-compatible sends the step's reasoning_content back with its calls; @ai-sdk/openai .chat() drops it (DeepSeek refuses such a request)", async () => {
+    const thinking = await startMockOpenAI({ seed: "ai-sdk-chat-thinking", script: scriptFromPlans({ "bill acme": respond(reasoning("Acme is owed an invoice."), call("create_invoice", { customer: "acme", amount: 12_500 })) }) });
+    try {
+      const sentBack: unknown[] = [];
+      for (const m of [createOpenAI({ baseURL: thinking.baseURL, apiKey: "test" }).chat("deepseek-reasoner"), createOpenAICompatible({ name: "deepseek", baseURL: thinking.baseURL, apiKey: "test" }).chatModel("deepseek-reasoner")]) {
+        const once = createOnceTools({ tools: { create_invoice: invoiceTool(payments) }, effects: { create_invoice: "unkeyed_write" }, ledger: new MemoryLedger(), dispatcher: quiet });
+        const turn = once.forTurn({ conversationId: "chat_t", messages: ask("bill acme") });
+        await drain(streamText({ model: m, messages: ask("bill acme"), tools: turn.tools, stopWhen: stepCountIs(2), maxRetries: 0 }).fullStream);
+        const next = thinking.requests.at(-1)!.body as { messages: { role: string; reasoning_content?: string }[] };
+        sentBack.push(next.messages.find((message) => message.role === "assistant")?.reasoning_content);
+      }
+      expect(sentBack).toEqual([undefined, "Acme is owed an invoice."]);
+    } finally {
+      await thinking.close();
+    }
   });
 });
 
