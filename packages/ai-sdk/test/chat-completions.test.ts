@@ -98,6 +98,20 @@ describe.each(models)("Chat Completions through %s", (_name, model) => {
     expect(payments.effects()).toHaveLength(2);
   });
 
+  it("AISDK-8, AISDK-14: finish_reason length after a whole call: not executed by the step, dispatched at its part, and the request's unansweredCalls names it", async () => {
+    const ledger = new MemoryLedger();
+    const once = createOnceTools({ tools: { create_invoice: invoiceTool(payments) }, effects: { create_invoice: "unkeyed_write" }, ledger, dispatcher: quiet });
+    const turn = once.forTurn({ conversationId: "chat_l", messages: ask("bill acme"), dispatchAt: "tool-call" });
+    mock.queueFault({ kind: "incomplete_event", at: { beforeCompleted: true } });
+    const parts = await drain(streamText({ model: model(), messages: ask("bill acme"), tools: turn.tools, onChunk: turn.onChunk, stopWhen: stepCountIs(3), maxRetries: 0, onError: () => {} }).fullStream);
+    expect(parts.find((p) => p.type === "finish")).toMatchObject({ finishReason: "length" });
+    expect(outputsOf(parts)).toEqual([]);
+    await settled(ledger, "chat_l");
+    expect(payments.effects()).toHaveLength(1);
+    const { calls } = await turn.unansweredCalls();
+    expect(calls).toMatchObject([{ name: "create_invoice", effect: "happened", input: { customer: "acme", amount: 12_500 } }]);
+  });
+
   it("AISDK-7: a regenerate that re-words a field outside the identity is answered from the ledger", async () => {
     const reworded = await startMockOpenAI({ seed: "ai-sdk-chat-reword", script: scriptFromPlans({ "bill acme": respond(call("create_invoice", { customer: "acme", amount: 12_500, note: "March deliveries" }, { reword: ["note"] })) }) });
     try {
