@@ -12,6 +12,10 @@ type Part = { type: string; id?: unknown; rawValue?: unknown; error?: unknown };
  */
 class SpliceWatch {
   events = 0;
+  /** A Chat Completions body: some chunk carried `choices`. */
+  chat = false;
+  /** Choice 0 gave a `finish_reason` (an empty one, which SGLang and older Ollama send on every chunk, is none). */
+  chatFinished = false;
   private responseId: string | undefined;
   private metadataId: string | undefined;
   private readonly positions = new Set<number>();
@@ -42,8 +46,24 @@ class SpliceWatch {
     // Chat Completions: every chunk names its completion. Known by its `choices`, not by `object`,
     // which the AI SDK does not read and a server may leave out; an empty id (Azure's first chunk,
     // its prompt filter results, has "") names nothing.
-    if (Array.isArray(event["choices"]) && typeof event["id"] === "string" && event["id"] !== "") return this.responseOf(event["id"], "chat.completion.chunk");
+    if (Array.isArray(event["choices"])) {
+      this.chat = true;
+      const finish = (event["choices"] as { index?: unknown; finish_reason?: unknown }[]).find((c) => typeof c === "object" && c !== null && (c.index ?? 0) === 0)?.finish_reason;
+      if (typeof finish === "string" && finish !== "") this.chatFinished = true;
+      if (typeof event["id"] === "string" && event["id"] !== "") return this.responseOf(event["id"], "chat.completion.chunk");
+    }
     return undefined;
+  }
+
+  /**
+   * A Chat Completions body that ended without choice 0's `finish_reason`, seen at the first part
+   * the provider makes at the body's end (its calls' `tool-call` parts, then `finish`): the AI SDK's
+   * providers make the calls the body began into `tool-call` parts all the same, with the argument
+   * text streamed so far (AISDK-16, STREAM-20).
+   */
+  unfinished(part: Part): string | undefined {
+    if (!this.chat || this.chatFinished || (part.type !== "tool-call" && part.type !== "finish")) return undefined;
+    return `the Chat Completions body ended without choice 0's finish_reason (before ${part.type === "tool-call" ? "a call's tool-call part" : "its finish"}): the response was cut, and a call it began may be cut too`;
   }
 
   /** A `response-metadata` part: the AI SDK's own sign of a response's start, for providers whose raw events this does not read. */
@@ -90,13 +110,13 @@ export function spliceGuard(options: Record<string, never> = {}): LanguageModelM
       const stream = result.stream.pipeThrough(
         new TransformStream<Part, Part>({
           transform(part, controller) {
-            const sign = part.type === "raw" ? watch.raw(part.rawValue) : part.type === "response-metadata" ? watch.metadata(part) : undefined;
+            const sign = part.type === "raw" ? watch.raw(part.rawValue) : part.type === "response-metadata" ? watch.metadata(part) : watch.unfinished(part);
             if (sign !== undefined) {
               // Ends here: nothing of the spliced response (its tool-call parts) reaches the AI SDK,
               // and the provider's body is cancelled. An error part, not an errored stream: the AI SDK
               // ends the step with finish reason "error" and tells the app's onError, as it does for
               // a provider's own in-stream error; an errored stream would skip onError and throw from fullStream.
-              controller.enqueue({ type: "error", error: new StreamIncompleteError(watch.events, "its finishing event", sign) });
+              controller.enqueue({ type: "error", error: new StreamIncompleteError(watch.events, watch.chat ? "choice 0's finish_reason" : "its finishing event", sign) });
               controller.terminate();
               return;
             }

@@ -136,6 +136,41 @@ describe.each(models)("Chat Completions through %s", (_name, model) => {
   });
 });
 
+/*
+ * AISDK-8, AISDK-16: a body a proxy closed cleanly in a call's arguments. The provider makes the cut
+ * call's tool-call part all the same; its arguments do not parse, the AI SDK answers it with a
+ * tool-error at once and, every call of the step having an output, sends step 2 with it. Step 2
+ * finishes "stop", and so does the whole stream: an app that reads the last finish keeps a turn
+ * whose first step the stream never finished (the payment not made, "Done." said).
+ */
+describe.each(models)("a body closed cleanly in a call's arguments, through %s", (_name, model) => {
+  const send = async (m: LanguageModel) => {
+    const once = createOnceTools({ tools: { create_invoice: invoiceTool(payments) }, effects: { create_invoice: "unkeyed_write" }, ledger: new MemoryLedger(), dispatcher: quiet });
+    const turn = once.forTurn({ conversationId: "chat_u", messages: ask("bill acme") });
+    mock.queueFault({ kind: "clean_close", at: { call: 0, afterFragment: 1 } });
+    const before = mock.requests.length;
+    const parts = await drain(streamText({ model: m, messages: ask("bill acme"), tools: turn.tools, stopWhen: stepCountIs(3), maxRetries: 0, onError: () => {} }).fullStream);
+    return { parts, requests: mock.requests.length - before, steps: parts.filter((p) => p.type === "finish-step").map((p) => (p as { finishReason: string }).finishReason) };
+  };
+
+  it("unguarded: the truncated call gets a tool-error, the loop sends step 2, and the stream finishes stop", async () => {
+    const { parts, requests, steps } = await send(model());
+    expect(requests).toBe(2);
+    expect(steps).toEqual([expect.stringMatching(/^(other|error)$/), "stop"]);
+    expect(parts.find((p) => p.type === "finish")).toMatchObject({ finishReason: "stop" });
+    expect(parts.some((p) => p.type === "tool-error")).toBe(true);
+  });
+
+  it("AISDK-16: spliceGuard fails the step at the body's end (no finish_reason): no tool-call part, no step 2, the stream finishes error", async () => {
+    const { parts, requests, steps } = await send(wrapLanguageModel({ model: model() as Parameters<typeof wrapLanguageModel>[0]["model"], middleware: spliceGuard() }));
+    expect(parts.find((p) => p.type === "error")).toMatchObject({ error: { code: "stream_incomplete" } });
+    expect(parts.filter((p) => p.type === "tool-call" || p.type === "tool-error")).toEqual([]);
+    expect(requests).toBe(1);
+    expect(steps).toEqual(["error"]);
+    expect(payments.effects()).toEqual([]);
+  });
+});
+
 describe("Gemini's compatibility layer: tool_calls fragments without index, each call whole in one fragment", () => {
   const chunk = (delta: object, finish: string | null = null) => ({ id: "chatcmpl-g", object: "chat.completion.chunk", created: 1, model: "gemini-2.5-flash", choices: [{ index: 0, delta, finish_reason: finish }] });
   const whole = (id: string, args: object) => ({ id, type: "function", function: { name: "create_invoice", arguments: JSON.stringify(args) } });

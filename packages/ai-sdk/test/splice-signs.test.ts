@@ -46,10 +46,24 @@ describe("spliceGuard's signs of a second response (AISDK-16)", () => {
   });
 
   it("a Chat Completions stream whose first chunk names no completion (Azure's prompt filter results, id \"\") passes whole", async () => {
-    const chunk = (id: string) => ({ id, object: "chat.completion.chunk", choices: [{ index: 0, delta: { content: "x" } }] });
-    const r = await guarded([{ id: "", object: "", choices: [], prompt_filter_results: [] }, chunk("c1"), chunk("c1")], [{ type: "finish" }]);
+    const chunk = (id: string, finish: string | null = null) => ({ id, object: "chat.completion.chunk", choices: [{ index: 0, delta: { content: "x" }, finish_reason: finish }] });
+    const r = await guarded([{ id: "", object: "", choices: [], prompt_filter_results: [] }, chunk("c1"), chunk("c1", "stop")], [{ type: "tool-call", toolCallId: "1" }, { type: "finish" }]);
     expect(r.error).toBeUndefined();
     expect(r.passed).toEqual([0, 1, 2]);
+    expect(r.seen.map((p) => p.type)).toContain("finish");
+  });
+
+  it("a Chat Completions body that ended without finish_reason (none, or only empty ones) fails at its first tool-call part, or at its finish", async () => {
+    const chunk = (finish: string | null) => ({ id: "c1", choices: [{ index: 0, delta: { content: "x" }, finish_reason: finish }] });
+    for (const [chunks, end] of [
+      [[chunk(null), chunk(null)], [{ type: "tool-call", toolCallId: "1" }, { type: "finish" }]],
+      [[chunk(""), chunk("")], [{ type: "finish" }]],
+    ] as [unknown[], Part[]][]) {
+      const r = await guarded(chunks, end);
+      expect(StreamIncompleteError.isInstance(r.error), String(r.error)).toBe(true);
+      expect((r.error as StreamIncompleteError).streamError).toMatch(/ended without choice 0's finish_reason/);
+      expect(r.seen.filter((p) => p.type === "tool-call" || p.type === "finish")).toEqual([]);
+    }
   });
 
   const cases: { name: string; events: unknown[]; extra?: Part[]; at: number; says: RegExp }[] = [
