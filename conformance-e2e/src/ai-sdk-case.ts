@@ -3,7 +3,7 @@ import { createOpenAI } from "@ai-sdk/openai";
 import { createOnceTools, dispatchOnceOf, spliceGuard, turnIndexOf } from "@dispatch-once/ai-sdk";
 import { ToolError, catalogueEntry, canonicalize, type DispatcherOptions, type FailureDisposition, type Ledger } from "@dispatch-once/core";
 import type { LedgerFixture, LedgerSubject } from "@dispatch-once/conformance/ledger";
-import { lastUserText, scriptFromPlans, call, reasoning, respond, say as sayText, startMockOpenAI, type MockOpenAI, type RequestRecord, type ResponsesRequest, type ScriptedResponse } from "@dispatch-once/mock-openai";
+import { lastUserText, responsesView, scriptFromPlans, call, reasoning, respond, say as sayText, startMockOpenAI, type MockOpenAI, type RequestRecord, type ResponsesRequest, type ScriptedResponse } from "@dispatch-once/mock-openai";
 import {
   DISPOSITION_BY_OUTCOME,
   PaymentsError,
@@ -106,6 +106,15 @@ export interface AiSdkAppOptions {
    * @example { spliceMiddleware: { specificationVersion: "v3", wrapStream: async ({ doStream }) => doStream() } }
    */
   spliceMiddleware?: unknown;
+  /**
+   * Which API the route's model speaks: `"responses"` (`@ai-sdk/openai`'s `openai.responses(...)`)
+   * or `"chat"` (`openai.chat(...)`, Chat Completions, against the mock's `/v1/chat/completions`,
+   * the way OpenAI-compatible servers are used). Under `"chat"` `runEndToEnd` draws no splices
+   * (the mock has none on that API); cuts fall at the same positions, read on its chunks.
+   * @default "responses"
+   * @example { modelApi: "chat" }
+   */
+  modelApi?: "responses" | "chat";
 }
 
 /** The app the AISDK rules describe: its model under the splice check (AISDK-16). */
@@ -610,6 +619,12 @@ async function attempt(ctx: RunContext, chat: Chat, message: AiSdkMessagePlan, c
       }
       const part = next.value;
       if (part.type === "start-step") steps++;
+      else if (part.type === "finish-step") {
+        // Any step, not only the last (AISDK-8): a Chat Completions body closed cleanly in a call's
+        // arguments finishes its step "other" (or "error"), the AI SDK answers the cut call with a
+        // tool-error and sends the next step, and the stream's own finish is that step's.
+        if (part.finishReason === "error" || part.finishReason === "other") failed ??= `step ${steps} finish reason ${part.finishReason}`;
+      }
       else if (part.type === "tool-call") {
         calls.set(part.toolCallId, { tool: part.toolName, input: part.input as Record<string, unknown> });
         say(ctx.log, "ai-sdk", `tool-call ${part.toolName} (${part.toolCallId})${steps > 1 ? ` in step ${steps}` : ""}`);
@@ -743,13 +758,17 @@ function keepRequests(world: AiSdkWorld, log: CaseLog, contents: readonly string
   for (const r of world.openai.requests) {
     if (log.requests.has(r.requestNumber)) continue;
     const text = userTextOf(r);
-    if (text !== undefined && contents.includes(text)) log.requests.set(r.requestNumber, r);
+    if (text === undefined || !contents.includes(text)) continue;
+    log.requests.set(r.requestNumber, r);
+    // Which API the route's model spoke (AiSdkAppOptions.modelApi): a run says what it certified.
+    count(log, r.api === "chat.completions" ? "chat_completions_requests" : "responses_requests");
   }
 }
 
 /** A logged request's last user text; none for a body the mock refused (not a Responses request). */
 function userTextOf(r: RequestRecord): string | undefined {
-  const body = r.body as ResponsesRequest | undefined;
+  // A Chat Completions request is read as the Responses request it amounts to, as the mock's script reads it.
+  const body = r.api === "chat.completions" && typeof r.body === "object" && r.body !== null ? responsesView(r.body as Record<string, unknown>) : (r.body as ResponsesRequest | undefined);
   return typeof body === "object" && body !== null && (typeof body.input === "string" || Array.isArray(body.input)) ? lastUserText(body) : undefined;
 }
 
@@ -1010,7 +1029,8 @@ export async function runAiSdkCase(world: AiSdkWorld, subject: LedgerSubject, sc
       allowVolatileLedgerForUnkeyedWrites: true,
       logger: { warn: () => {} },
     };
-    const provider = createOpenAI({ baseURL: world.openai.baseURL, apiKey: "conformance" }).responses("gpt-conformance");
+    const openai = createOpenAI({ baseURL: world.openai.baseURL, apiKey: "conformance" });
+    const provider = app.modelApi === "chat" ? openai.chat("gpt-conformance") : openai.responses("gpt-conformance");
     const guarded = guardedModel(provider, app.spliceMiddleware);
     const guard = app.spliceGuard ?? true;
     const model = (request: { trigger: "submit-message" | "regenerate-message" }): LanguageModel => ((typeof guard === "function" ? guard(request) : guard) ? guarded : provider);

@@ -613,6 +613,19 @@ export function withoutTabs(scenario: AiSdkScenario): AiSdkScenario {
   return { ...scenario, chats: scenario.chats.map(({ tabs: _tabs, ...chat }) => chat) };
 }
 
+/** The scenario without a proxy's splices (AiSdkMessagePlan.splice, .regenerateSplice): the mock has none on Chat Completions. */
+export function withoutAiSdkSplices(scenario: AiSdkScenario): AiSdkScenario {
+  const plain = ({ splice: _splice, regenerateSplice: _again, ...message }: AiSdkMessagePlan): AiSdkMessagePlan => message;
+  return {
+    ...scenario,
+    chats: scenario.chats.map((chat) => ({
+      ...chat,
+      messages: chat.messages.map(plain),
+      ...(chat.tabs === undefined ? {} : { tabs: { ...chat.tabs, others: chat.tabs.others.map((t) => ({ ...t, message: plain(t.message) })) } }),
+    })),
+  };
+}
+
 /** A chat's messages and its other tabs' (AiSdkChatPlan.tabs): every message whose asks are the chat's. */
 export function messagesOf(chat: AiSdkChatPlan): AiSdkMessagePlan[] {
   return [...chat.messages, ...(chat.tabs?.others ?? []).map((t) => t.message)];
