@@ -342,6 +342,18 @@ describe("a second completion spliced into a Chat Completions body", () => {
     return drain(streamText({ model, messages: ask("bill acme 5 and bob 7"), tools: turn.tools, stopWhen: stepCountIs(2), maxRetries: 0, onError: () => {} }).fullStream);
   };
 
+  it.each(providers)("a limit, %s: a fragment at a held index that names another call (a new id, a whole object) opens a second call, guarded or not (Ollama sends parallel calls so)", async (_name, make) => {
+    const chunks = [
+      fragment("chatcmpl-1", 0, "call_a", "create_invoice", '{"customer":"acme","amount":5}', true),
+      fragment("chatcmpl-1", 0, "call_b", "create_invoice", '{"customer":"bob","amount":7}', true),
+      { id: "chatcmpl-1", object: "chat.completion.chunk", created: 1, model: "m", choices: [{ index: 0, delta: {}, finish_reason: "tool_calls" }] },
+    ];
+    let n = 0;
+    const fetch = (async () => new Response(n++ === 0 ? sse(chunks) : sse([{ id: "chatcmpl-9", object: "chat.completion.chunk", created: 1, model: "m", choices: [{ index: 0, delta: { content: "Done." }, finish_reason: "stop" }] }]), { headers: { "content-type": "text/event-stream" } })) as typeof globalThis.fetch;
+    await run(wrapLanguageModel({ model: make(fetch) as Parameters<typeof wrapLanguageModel>[0]["model"], middleware: spliceGuard() }));
+    expect(paid()).toEqual(["acme 5", "bob 7"]);
+  });
+
   it.each(providers)("unguarded, %s runs the spliced completion's acme call beside the first's", async (_name, make) => {
     await run(make(spliced(true)));
     expect(paid()).toEqual(["acme 5", "acme 5", "bob 7"]);
