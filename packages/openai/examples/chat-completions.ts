@@ -1,5 +1,5 @@
 import OpenAI from "openai";
-import { Dispatcher, MemoryConversationStore, MemoryLedger, ToolRegistry, defineTool, type ConversationStore, type Ledger } from "@dispatch-once/core";
+import { Dispatcher, MemoryConversationStore, MemoryLedger, StoreUnavailableError, ToolRegistry, defineTool, type ConversationStore, type Ledger } from "@dispatch-once/core";
 import { ChatCompletionsRunner, TurnFailedError } from "@dispatch-once/openai";
 import { z } from "zod";
 
@@ -33,15 +33,28 @@ export function createChatRunner(client: OpenAI, store: ConversationStore = new 
 
 export async function payFromChat(runner: ChatCompletionsRunner, conversationId: string, messageId: string, text: string) {
   try {
-    const { turns } = await runner.send(conversationId, { id: messageId, content: text });
+    const { turns, records } = await runner.send(conversationId, { id: messageId, content: text });
     // What each call did, as the ledger answered it; then the model's closing words.
     const calls = turns.flatMap((t) => t.calls.map((c) => `${c.name} ${JSON.stringify(c.result ?? c.error)}`));
-    return [...calls, turns.at(-1)?.text ?? ""].join("\n");
+    // A resumed or retried turn may have had effects its committed answer does not mention (its
+    // model answered the re-run differently): the turn's records list them (RECORD-8). Tell them too.
+    const untold = (records ?? []).flatMap((r) => r.calls).map(told);
+    return [...calls, turns.at(-1)?.text ?? "", ...untold].join("\n");
   } catch (error) {
+    // The store failed at the turn's end (PostgreSQL down after the payment ran): nothing was
+    // committed, but the runner says what each call did (RECORD-9); the same message id completes it.
+    if (StoreUnavailableError.isInstance(error) && error.effects !== undefined) {
+      return error.effects.map((e) => `${told(e)}; its confirmation was not saved, send the same message again`).join("\n");
+    }
     if (!TurnFailedError.isInstance(error)) throw error;
     // Nothing was committed. finish_reason "length" or "content_filter" is not retryable (the same
     // request stops the same way); a cut stream that ran out of retries is: re-send the same message id.
-    const effects = error.record.effects.map((e) => `${e.name}: ${e.effect.replace(/_/g, " ")}`);
+    const effects = error.record.effects.map(told);
     return [...effects, error.record.retryable ? "connection lost; please retry" : "the model stopped; please rephrase"].join("\n");
   }
+}
+
+/** One effect as the user reads it: which call, with its arguments (the request that ran), and what is known. */
+function told(e: { name: string; effect: string; input?: unknown }): string {
+  return `${e.name}: ${e.effect.replace(/_/g, " ")}${e.input !== undefined ? ` ${JSON.stringify(e.input)}` : ""}`;
 }
