@@ -9,7 +9,7 @@ export class StreamIncompleteError extends DispatchOnceError {
   /** The code of this class's errors: `isInstance` recognises these, from any copy of the package. */
   static override readonly code = "stream_incomplete" as const;
   readonly eventsSeen: number;
-  /** The event that did not arrive. */
+  /** The event that did not arrive (with `finalStop`, the event that finishes a turn the runner commits). */
   readonly finishEvent: string;
   /** What the provider said inside the stream before it ended, when it said anything (`error`, `response.failed`). */
   readonly streamError: string | undefined;
@@ -28,7 +28,11 @@ export class StreamIncompleteError extends DispatchOnceError {
       "stream_incomplete",
       (idleMs !== undefined
         ? `the stream was idle for ${idleMs} ms (streamIdleTimeoutMs) after ${eventsSeen} events without ${finishEvent}; the request was aborted`
-        : `the stream ended after ${eventsSeen} events without ${finishEvent}`) + (streamError !== undefined ? ` (${streamError})` : ""),
+        : finalStop !== undefined
+          ? // The finishing event may have come (Chat Completions' finish_reason "length", a Messages
+            // API message_stop after max_tokens), with a reason that ends the response for good.
+            `the response stopped for good after ${eventsSeen} events (${finalStop}), so the same request is not sent again`
+          : `the stream ended after ${eventsSeen} events without ${finishEvent}`) + (streamError !== undefined ? ` (${streamError})` : ""),
     );
     this.idleMs = idleMs;
     this.eventsSeen = eventsSeen;
