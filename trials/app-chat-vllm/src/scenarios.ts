@@ -253,6 +253,21 @@ async function lengthStop() {
   });
 }
 
+// 2. The model server refuses the request for good (vLLM started without --enable-auto-tool-choice
+// answers a request with tools 400): what the user is told, and what an operator sees.
+async function serverRefuses() {
+  const c = "c-server-400";
+  mock.setFaultPlan((req) => (firstRequestOf(c)(req) ? { kind: "status", status: 400 } : undefined));
+  const r = await app.send(c, "m1", `pay ines 120 ref ${c}`);
+  mock.setFaultPlan(undefined);
+  const failedTurns = cli("turns", "--failed", ...S, "--conversation", c);
+  show("turns --failed --conversation c-server-400", failedTurns);
+  const store = await committed(c);
+  const ok = r.status === "failed" && !r.retryable && effectsFor(c).length === 0 && store.paymentIds.length === 0;
+  results.push({ scenario: "2 the model server answers 400 (not retryable)", ok, detail: { reply: brief(r), committed: store, payments: effectsFor(c).length } });
+  console.log(`${ok ? "PASS" : "FAIL"} 2 the model server answers 400 (not retryable)`);
+}
+
 // 3. Two messages for one conversation racing: in one process, then across two.
 async function race() {
   let c = "c-race-one";
@@ -478,7 +493,7 @@ async function operator() {
   show("audit dist/tools.js --ledger --strict (the running release)", cli("audit", "dist/tools.js", "--ledger", DATABASE_URL, "--schema", SCHEMA, "--table", "tool_calls", "--strict"));
 }
 
-const scenarios: Record<string, () => Promise<void>> = { cuts, resend, lengthStop, race, killed, deploy, pgOutage, paymentsFail, parallelAndShapes, operator };
+const scenarios: Record<string, () => Promise<void>> = { cuts, resend, lengthStop, serverRefuses, race, killed, deploy, pgOutage, paymentsFail, parallelAndShapes, operator };
 try {
   app = await startServer({ PAYMENT_TIMEOUT_MS: "1000" });
   for (const [name, run] of Object.entries(scenarios)) {
