@@ -47,10 +47,12 @@ export async function payFromChat(runner: ChatCompletionsRunner, conversationId:
       return error.effects.map((e) => `${told(e)}; its confirmation was not saved, send the same message again`).join("\n");
     }
     if (!TurnFailedError.isInstance(error)) throw error;
-    // Nothing was committed. finish_reason "length" or "content_filter" is not retryable (the same
-    // request stops the same way); a cut stream that ran out of retries is: re-send the same message id.
-    const effects = error.record.effects.map(told);
-    return [...effects, error.record.retryable ? "connection lost; please retry" : "the model stopped; please rephrase"].join("\n");
+    // Nothing was committed. A cut stream that ran out of retries is retryable: re-send the same
+    // message id. finish_reason "length" or "content_filter" is not (the same request stops the same
+    // way), nor is a request the server refused (a 4xx: vLLM's 400 for a context over its limit).
+    const { retryable, error: cause } = error.record;
+    const advice = retryable ? "connection lost; please retry" : cause.code === "stream_incomplete" ? "the model stopped; please rephrase" : `the turn failed and sending it again will not help (${cause.message})`;
+    return [...error.record.effects.map(told), advice].join("\n");
   }
 }
 

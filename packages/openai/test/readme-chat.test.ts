@@ -101,4 +101,21 @@ describe("README: Adopting it on Chat Completions", () => {
       await provider.close();
     }
   });
+
+  it("the Chat Completions example tells a request the model server refuses for good as a refusal, not as a stop to rephrase", async () => {
+    // The Chat Completions trial: vLLM started without --enable-auto-tool-choice answers a request
+    // with tools 400. The record is not retryable; "the model stopped; please rephrase" sent the user
+    // rewording a message no wording gets through.
+    const provider = await startMockOpenAI({ script: scriptFromPlans({ "pay acme, refused": respond(call("send_payment", ACME)) }) });
+    provider.setFaultPlan(() => ({ kind: "status", status: 400 }));
+    try {
+      transfers.length = 0;
+      const runner = createChatRunner(new OpenAI({ baseURL: provider.baseURL, apiKey: "test", maxRetries: 0 }));
+      const told = await payFromChat(runner, "conv-chat-refused", "m1", "pay acme, refused");
+      expect(told).toBe("the turn failed and sending it again will not help (400 Invalid request)");
+      expect(transfers).toEqual([]);
+    } finally {
+      await provider.close();
+    }
+  });
 });
