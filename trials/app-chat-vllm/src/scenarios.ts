@@ -73,7 +73,7 @@ const raw = http.createServer((req, res) => {
     (async () => {
       for (const chunk of chunks) {
         if (!hadTool && attempt === 1 && canned!.cutFirstAfter !== undefined && n === canned!.cutFirstAfter) { res.socket?.destroy(); return; }
-        res.write(`data: ${JSON.stringify(chunk).replace("MEMO", attempt === 1 ? "for lunch" : "lunch, as agreed")}\n\n`);
+        res.write(`data: ${JSON.stringify(chunk).replace("MEMO", attempt === 1 ? "for lunch" : "lunch, as agreed").replace('\\"AMOUNT\\"', attempt === 1 ? "150" : '\\"150\\"')}\n\n`);
         n++;
         await sleep(5);
       }
@@ -463,6 +463,29 @@ async function parallelAndShapes() {
   cannedRequests.length = 0;
   const vl = await shaped.send(c, "m1", "pay vera");
   await judge("7 vLLM shapes (first fragment without arguments, last arguments beside finish_reason), cut after the payment", c, [vl], { ok: (vl.status === "answered" && vl.calls.length === 2) || vl, extra: { requests: [...cannedRequests] } });
+  // The retried response spells the amount as a string ("150"): the schema refuses it, nothing is
+  // claimed, the model is told, and the turn commits without the payment attempt 1 made. Only the
+  // turn's record (RECORD-8, a retried turn) can tell the user that payment.
+  c = "c-reworded-amount";
+  const ra = JSON.stringify({ payee: "wim", amount: "AMOUNT", currency: "EUR", reference: `${c}-a`, memo: "MEMO" });
+  canned = {
+    cutFirstAfter: 3,
+    first: [
+      { id: "r1", ...base, choices: [{ index: 0, delta: { role: "assistant", tool_calls: [{ index: 0, id: "call_r_a", type: "function", function: { name: "send_payment", arguments: ra } }] }, finish_reason: null }] },
+      { id: "r1", ...base, choices: [{ index: 0, delta: { tool_calls: [{ index: 1, id: "call_r_b", type: "function", function: { name: "check_balance", arguments: '{"currency":"EUR"}' } }] }, finish_reason: null }] },
+      { id: "r1", ...base, choices: [{ index: 0, delta: { content: "" }, finish_reason: null }] },
+      { id: "r1", ...base, choices: [{ index: 0, delta: {}, finish_reason: "tool_calls" }] },
+    ],
+    followUp: doneText,
+  };
+  cannedRequests.length = 0;
+  const rw = await shaped.send(c, "m1", "pay wim");
+  const paid = effectsFor(c);
+  const store = await committed(c);
+  const toldPaid = rw.status === "answered" && rw.untold.some((e) => e.key === paid[0]?.idempotencyKey && e.effect === "happened");
+  const okRw = paid.length === 1 && store.paymentIds.length === 0 && toldPaid;
+  results.push({ scenario: "7 the retried response re-words the amount as a string: the first attempt's payment told from the turn's record (RECORD-8)", ok: okRw, detail: { payments: paid.map((e) => e.idempotencyKey), committed: store, reply: brief(rw), requests: [...cannedRequests] } });
+  console.log(`${okRw ? "PASS" : "FAIL"} 7 the retried response re-words the amount as a string: the first attempt's payment told from the turn's record (RECORD-8)`);
   await stop(shaped);
 }
 
