@@ -27,9 +27,10 @@ export interface ChatStreamErrorReport {
    * `finish_reason` for a stop the response ended with for good (`length`, `content_filter`) or
    * one this side does not know; `tool_calls` for a fragment of a call already final (STREAM-20);
    * `choices` for a choice other than 0; `function_call` for a legacy function call (the runner
-   * never sends `functions`, so it would not be dispatched).
+   * never sends `functions`, so it would not be dispatched); `error` for a chunk carrying the
+   * provider's error (its `code`, else its `type`, and its `message`: STREAM-12).
    */
-  event: "finish_reason" | "tool_calls" | "choices" | "function_call";
+  event: "finish_reason" | "tool_calls" | "choices" | "function_call" | "error";
   code: string;
   message: string;
 }
@@ -90,6 +91,15 @@ export class ChatCompletionsTurnAccumulator extends CallPhases<ChatCallState> {
   apply(chunk: Chunk): ChatCallState[] {
     // Before anything is counted or folded: a malformed chunk changes nothing (ERR-1).
     if (typeof chunk !== "object" || chunk === null) throw new InvalidArgumentError("chunk", `must be a chat.completion.chunk object, got ${describeValue(chunk)}`);
+    // The provider's error inside the stream (which the SDK throws as an APIError; the stream side
+    // gives it back as this chunk): a failed stream that says what the provider said (STREAM-12).
+    const reported: unknown = (chunk as { error?: unknown }).error;
+    if (typeof reported === "object" && reported !== null && !Array.isArray(reported)) {
+      this.eventsSeen++;
+      this.lastText = "";
+      if (this.streamError === undefined && !this.completed) this.streamError = providerError(reported as Record<string, unknown>);
+      return [];
+    }
     checkEventMembers(chunk, { choices: "array" }, "chunk", "chat.completion.chunk");
     const choice = chunk.choices.find((c) => c?.index === 0);
     // Azure's asynchronous content filter interleaves choice-0 annotations that carry no delta at
@@ -289,6 +299,12 @@ function contentText(content: unknown): string {
   if (typeof content === "string") return content;
   if (!Array.isArray(content)) return "";
   return (content as { type: string; text?: string }[]).flatMap((part) => (part.type === "text" ? [part.text!] : [])).join("");
+}
+
+/** What the provider said in an `error` chunk: its `code`, else its `type`, and its `message` (STREAM-12). */
+function providerError(error: Record<string, unknown>): ChatStreamErrorReport {
+  const named = [error.code, error.type].find((v): v is string => typeof v === "string" && v !== "");
+  return { event: "error", code: named ?? "error", message: typeof error.message === "string" ? error.message : describeValue(error) };
 }
 
 function isOpen(call: ChatCallState): boolean {

@@ -149,6 +149,46 @@ function checkToolChoice(choice: unknown): void {
   named(choice, "");
 }
 
+/**
+ * The SDK throws a chunk that carries `error` as an `APIError` without a status, whose `error` is
+ * that chunk's `error`; the iterator gives it back as the chunk, so that the accumulator reads what
+ * the provider said and the runner fails the stream as `stream_incomplete` carrying it (STREAM-12),
+ * as the Responses side does for its `error` event. Every other throw (a cut connection, an abort)
+ * passes through, and `return()` reaches the SDK's iterator, which lets its connection go (STREAM-16).
+ */
+function providerErrorsAsChunks(stream: AsyncIterable<Chunk>): AsyncIterable<Chunk> {
+  return {
+    [Symbol.asyncIterator](): AsyncIterator<Chunk> {
+      const inner = stream[Symbol.asyncIterator]();
+      let ended = false;
+      return {
+        async next(): Promise<IteratorResult<Chunk>> {
+          if (ended) return { done: true, value: undefined };
+          try {
+            return await inner.next();
+          } catch (thrown) {
+            const error = inStreamError(thrown);
+            if (error === undefined) throw thrown;
+            ended = true;
+            return { done: false, value: { error } as unknown as Chunk };
+          }
+        },
+        async return(value?: unknown): Promise<IteratorResult<Chunk>> {
+          ended = true;
+          return (await inner.return?.(value)) ?? { done: true, value: undefined };
+        },
+      };
+    },
+  };
+}
+
+/** The `error` of a chunk the SDK threw as an `APIError` without a status (never a connection error or an abort, which carry none). */
+function inStreamError(thrown: unknown): Record<string, unknown> | undefined {
+  if (!(thrown instanceof Error) || !("status" in thrown) || thrown.status !== undefined) return undefined;
+  const error: unknown = (thrown as { error?: unknown }).error;
+  return typeof error === "object" && error !== null && !Array.isArray(error) ? (error as Record<string, unknown>) : undefined;
+}
+
 /** The content part types a Chat Completions user message takes. */
 const USER_PART_TYPES = new Set(["text", "image_url", "input_audio", "file"]);
 
@@ -189,7 +229,7 @@ class ChatCompletionsStream implements StreamProvider<ChatCompletionsTurnAccumul
     // Forced after the first response too, the model would call again after each result (STREAM-18).
     const reset = followUp === true && resetToolChoice !== false && params?.tool_choice !== undefined;
     const messages = input.flatMap((entry) => (Array.isArray(entry) ? entry : [entry])) as unknown as OpenAI.Chat.Completions.ChatCompletionMessageParam[];
-    return client.chat.completions.create(
+    const stream = await client.chat.completions.create(
       {
         ...params,
         ...(reset ? { tool_choice: followUpToolChoice(params.tool_choice!) } : {}),
@@ -202,6 +242,7 @@ class ChatCompletionsStream implements StreamProvider<ChatCompletionsTurnAccumul
       // The runner aborts a stream that went idle past its bound (STREAM-16): the SDK frees the connection.
       { ...(headers !== undefined ? { headers } : {}), ...(signal !== undefined ? { signal } : {}) },
     );
+    return providerErrorsAsChunks(stream);
   }
 
   apply(accumulator: ChatCompletionsTurnAccumulator, chunk: Chunk): StreamStep {

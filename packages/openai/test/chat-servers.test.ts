@@ -445,6 +445,25 @@ describe("ChatCompletionsRunner: attacks that hold (each judged by the effect lo
     ]);
   });
 
+  it("STREAM-12 a chunk carrying error fails the turn with stream_incomplete saying what the provider said (event, code, message), as a Responses error event does; the call that ran is told", async () => {
+    const failing: Body = { done: false, chunks: [chunk({ tool_calls: [whole(0, "call_a", "send_payment", PAY_ACME)] }), chunk({ tool_calls: [whole(1, "call_b", "send_payment", PAY_BOB)] }), { error: { message: "upstream overloaded", type: "server_error", code: "overloaded" } }] };
+    const { client } = serverOf([failing]);
+    const { runner, effects } = await setup(client, { retry: { attempts: 1, backoffMs: () => 1 } });
+    const error = await runner.send("conv-error-said", { id: "m1", content: "pay acme and bob" }).catch((e: unknown) => e);
+    expect(TurnFailedError.isInstance(error)).toBe(true);
+    const record = (error as TurnFailedError).record;
+    expect(record.error).toMatchObject({ code: "stream_incomplete" });
+    expect(record.error!.message).toContain("error overloaded: upstream overloaded");
+    expect(record.position).toBe("during_dispatch");
+    expect(effects()).toHaveLength(1);
+    expect(record.effects).toEqual([expect.objectContaining({ name: "send_payment", effect: "happened" })]);
+    // Without a code the error's type is what names it.
+    const accumulator = new ChatCompletionsTurnAccumulator();
+    accumulator.apply({ error: { message: "slow down", type: "rate_limit_error" } } as never);
+    expect(accumulator.streamError).toEqual({ event: "error", code: "rate_limit_error", message: "slow down" });
+    expect(accumulator.completed).toBe(false);
+  });
+
   it("a re-worded re-run (the memo, not an identity field, differs): the ledger answers it under the cut attempt's key; the committed call is the retry's words with the first run's result", async () => {
     const { client } = serverOf([
       { done: false, chunks: [chunk({ tool_calls: [whole(0, "call_a", "send_payment", PAY_ACME)] }), chunk({ tool_calls: [{ index: 1, id: "call_b", type: "function", function: { name: "send_payment", arguments: "" } }] })] },
