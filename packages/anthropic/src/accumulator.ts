@@ -70,6 +70,12 @@ export class TurnAccumulator extends CallPhases<CallState> {
    * message_start (STREAM-17).
    */
   secondMessage: string | undefined;
+  /**
+   * Set when the provider reported an error inside the stream (an `error` event, which the SDK
+   * throws as an APIError and the stream side gives back as the event): what it said, its error's
+   * type and message, for the failed stream's error (STREAM-12).
+   */
+  providerError: string | undefined;
   /** Each index's block type, as its content_block_start gave it (STREAM-17). */
   private readonly blockTypes = new Map<number, string>();
   /** What each index's content_block_start announced (a call's id and name, a thinking block's fields): STREAM-10 compares a repeated start against it. */
@@ -87,6 +93,10 @@ export class TurnAccumulator extends CallPhases<CallState> {
     this.eventsSeen++;
     // After message_stop nothing belongs to this response (STREAM-1); after a second message, nothing to this attempt.
     if (this.messageStopped || this.secondMessage !== undefined) return undefined;
+    if ((event as { type: string }).type === "error") {
+      this.providerError ??= describeProviderError((event as { error?: unknown }).error);
+      return undefined;
+    }
     switch (event.type) {
       case "message_start":
         if (this.messageId !== undefined && event.message.id !== this.messageId) {
@@ -211,4 +221,10 @@ function differingFields(held: Record<string, string>, fresh: Record<string, str
 function describeFields(fields: Record<string, string>): string {
   const shown = Object.values(fields).filter((v) => v !== "");
   return shown.length === 0 ? "empty" : shown.map((v) => (v.length > 40 ? `${v.slice(0, 40)}…` : v)).join(", ");
+}
+
+/** An `error` event's error as the record says it: `error <type>: <message>` (STREAM-12). */
+function describeProviderError(error: unknown): string {
+  const { type, message } = (typeof error === "object" && error !== null ? error : {}) as { type?: unknown; message?: unknown };
+  return `error ${typeof type === "string" && type !== "" ? type : "error"}: ${typeof message === "string" ? message : JSON.stringify(error) ?? "(no message)"}`;
 }

@@ -76,6 +76,18 @@ describe("the chapter's incident over the real SDK", () => {
     expect(effects()).toHaveLength(1);
   });
 
+  it("STREAM-12 an error event mid-stream (the SDK throws it as an APIError) fails the turn with stream_incomplete saying what the provider said: event, type, message", async () => {
+    provider().setFaultPlan(() => ({ kind: "error_event", at: { beforeMessageStop: true } }));
+    const { runner, effects } = await setup(provider(), { guarded: true });
+    const error = await runner.send("conv-err-said", { id: "m1", content: "pay acme" }).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(TurnFailedError);
+    const record = (error as TurnFailedError).record;
+    expect(record.error).toMatchObject({ code: "stream_incomplete" });
+    expect(record.error!.message).toContain("error overloaded_error: Overloaded");
+    expect(effects()).toHaveLength(1);
+    expect(record.effects).toEqual([expect.objectContaining({ name: "send_payment", effect: "happened" })]);
+  });
+
   it("STREAM-3 a cut while arguments stream: nothing dispatched, no ledger row, the call is not run", async () => {
     provider().setFaultPlan(() => ({ kind: "reset", at: { toolUse: 0, afterFragment: 2 } }));
     const { runner, effects, ledger, store } = await setup(provider(), { guarded: true });
