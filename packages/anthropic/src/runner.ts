@@ -7,6 +7,8 @@ import {
   checkOptionValues,
   checkRunnerOptions,
   checkUserContent,
+  errorsGivenBack,
+  inStreamErrorBody,
   type CallAnswer,
   type CommitShape,
   type RunnerEvent as SharedRunnerEvent,
@@ -199,7 +201,7 @@ class MessagesStream implements StreamProvider<TurnAccumulator, RawEvent, UserCo
       // The runner aborts a stream that went idle past its bound (STREAM-16): the SDK frees the connection.
       { ...(headers !== undefined ? { headers } : {}), ...(signal !== undefined ? { signal } : {}) },
     );
-    return errorEventsGivenBack(stream as AsyncIterable<RawEvent>);
+    return errorsGivenBack(stream as AsyncIterable<RawEvent>, errorEventOf);
   }
 
   apply(accumulator: TurnAccumulator, event: RawEvent): StreamStep {
@@ -315,44 +317,8 @@ export class ConversationRunner extends TurnRunner<TurnAccumulator, RawEvent, Us
   }
 }
 
-/**
- * The SDK throws an `error` event as an `APIError` without a status whose `error` is the event's
- * body (`{ type: "error", error: { type, message } }`); the iterator gives it back as that event,
- * so that the accumulator reads what the provider said and the runner fails the stream as
- * `stream_incomplete` carrying it (STREAM-12). Every other throw (a cut connection, an abort)
- * passes through, and `return()` reaches the SDK's iterator, which lets its connection go (STREAM-16).
- */
-function errorEventsGivenBack(stream: AsyncIterable<RawEvent>): AsyncIterable<RawEvent> {
-  return {
-    [Symbol.asyncIterator](): AsyncIterator<RawEvent> {
-      const inner = stream[Symbol.asyncIterator]();
-      let ended = false;
-      return {
-        async next(): Promise<IteratorResult<RawEvent>> {
-          if (ended) return { done: true, value: undefined };
-          try {
-            return await inner.next();
-          } catch (thrown) {
-            const event = errorEventOf(thrown);
-            if (event === undefined) throw thrown;
-            ended = true;
-            return { done: false, value: event as unknown as RawEvent };
-          }
-        },
-        async return(value?: unknown): Promise<IteratorResult<RawEvent>> {
-          ended = true;
-          return (await inner.return?.(value)) ?? { done: true, value: undefined };
-        },
-      };
-    },
-  };
-}
-
-/** The `error` event an `APIError` without a status was thrown for (never a connection error or an abort, which carry no body). */
-function errorEventOf(thrown: unknown): { type: "error"; error: unknown } | undefined {
-  if (!(thrown instanceof Error) || !("status" in thrown) || thrown.status !== undefined) return undefined;
-  const body: unknown = (thrown as { error?: unknown }).error;
-  if (typeof body !== "object" || body === null || Array.isArray(body)) return undefined;
-  const { type, error } = body as { type?: unknown; error?: unknown };
-  return type === "error" && typeof error === "object" && error !== null ? { type: "error", error } : undefined;
+/** The `error` event an in-stream `APIError` was thrown for: its body is the event (`{ type: "error", error: { type, message } }`). */
+function errorEventOf(thrown: unknown): RawEvent | undefined {
+  const body = inStreamErrorBody(thrown);
+  return body?.type === "error" && typeof body.error === "object" && body.error !== null ? ({ type: "error", error: body.error } as unknown as RawEvent) : undefined;
 }

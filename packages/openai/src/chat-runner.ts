@@ -7,6 +7,8 @@ import {
   checkOptionValues,
   checkRunnerOptions,
   checkUserContent,
+  errorsGivenBack,
+  inStreamErrorBody,
   readStoredResult,
   type CallAnswer,
   type CommitShape,
@@ -149,44 +151,10 @@ function checkToolChoice(choice: unknown): void {
   named(choice, "");
 }
 
-/**
- * The SDK throws a chunk that carries `error` as an `APIError` without a status, whose `error` is
- * that chunk's `error`; the iterator gives it back as the chunk, so that the accumulator reads what
- * the provider said and the runner fails the stream as `stream_incomplete` carrying it (STREAM-12),
- * as the Responses side does for its `error` event. Every other throw (a cut connection, an abort)
- * passes through, and `return()` reaches the SDK's iterator, which lets its connection go (STREAM-16).
- */
-function providerErrorsAsChunks(stream: AsyncIterable<Chunk>): AsyncIterable<Chunk> {
-  return {
-    [Symbol.asyncIterator](): AsyncIterator<Chunk> {
-      const inner = stream[Symbol.asyncIterator]();
-      let ended = false;
-      return {
-        async next(): Promise<IteratorResult<Chunk>> {
-          if (ended) return { done: true, value: undefined };
-          try {
-            return await inner.next();
-          } catch (thrown) {
-            const error = inStreamError(thrown);
-            if (error === undefined) throw thrown;
-            ended = true;
-            return { done: false, value: { error } as unknown as Chunk };
-          }
-        },
-        async return(value?: unknown): Promise<IteratorResult<Chunk>> {
-          ended = true;
-          return (await inner.return?.(value)) ?? { done: true, value: undefined };
-        },
-      };
-    },
-  };
-}
-
-/** The `error` of a chunk the SDK threw as an `APIError` without a status (never a connection error or an abort, which carry none). */
-function inStreamError(thrown: unknown): Record<string, unknown> | undefined {
-  if (!(thrown instanceof Error) || !("status" in thrown) || thrown.status !== undefined) return undefined;
-  const error: unknown = (thrown as { error?: unknown }).error;
-  return typeof error === "object" && error !== null && !Array.isArray(error) ? (error as Record<string, unknown>) : undefined;
+/** A chunk carrying `error`, which the SDK threw as an in-stream `APIError` whose body is that `error` (STREAM-12). */
+function errorChunkOf(thrown: unknown): Chunk | undefined {
+  const error = inStreamErrorBody(thrown);
+  return error !== undefined ? ({ error } as unknown as Chunk) : undefined;
 }
 
 /** The content part types a Chat Completions user message takes. */
@@ -242,7 +210,7 @@ class ChatCompletionsStream implements StreamProvider<ChatCompletionsTurnAccumul
       // The runner aborts a stream that went idle past its bound (STREAM-16): the SDK frees the connection.
       { ...(headers !== undefined ? { headers } : {}), ...(signal !== undefined ? { signal } : {}) },
     );
-    return providerErrorsAsChunks(stream);
+    return errorsGivenBack(stream, errorChunkOf);
   }
 
   apply(accumulator: ChatCompletionsTurnAccumulator, chunk: Chunk): StreamStep {

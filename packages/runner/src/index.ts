@@ -25,6 +25,7 @@ export {
 } from "./record.js";
 export { defaultRetryPolicy, isFinalStop, type AttemptFailure, type RetryPolicy } from "./retry.js";
 export { boundedFetch, type BoundedFetchOptions } from "./bounded-fetch.js";
+export { errorsGivenBack, inStreamErrorBody } from "./given-back.js";
 export { StreamIncompleteError } from "./errors/stream-incomplete.js";
 export { InvalidArgumentsJsonError } from "./errors/invalid-arguments-json.js";
 export { TurnFailedError, type NotRetriedReason } from "./errors/turn-failed.js";
