@@ -3,10 +3,11 @@ export type { HeldStream, MockOpenAI, MockOpenAIOptions, WaitOptions } from "./p
 export { MockOpenAIError } from "./errors.js";
 export type { MockOpenAIErrorCode } from "./errors.js";
 export { scriptFromPlans, say, text, call, reasoning, respond, lastUserText, forcedByToolChoice } from "./script.js";
-export { renderResponse, renderChatCompletion, resolvePosition, CHAT_DONE } from "./render.js";
+export { renderResponse, renderChatCompletion, groupChatCalls, resolvePosition, CHAT_DONE, CHAT_DIALECTS } from "./render.js";
 export type { PlannedEvent, RenderedResponse } from "./render.js";
 export type {
   Api,
+  ChatDialect,
   CutKind,
   Fault,
   FaultPlan,

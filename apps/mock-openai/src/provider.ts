@@ -6,9 +6,9 @@ import { jsonBody } from "@dispatch-once/mock-http";
 import { z } from "zod";
 import { MockOpenAIError } from "./errors.js";
 import { sha256Hex, stableStringify } from "./random.js";
-import { CHAT_DONE, renderChatCompletion, renderResponse, resolvePosition, type RenderedResponse } from "./render.js";
+import { CHAT_DIALECTS, CHAT_DONE, groupChatCalls, renderChatCompletion, renderResponse, resolvePosition, type RenderedResponse } from "./render.js";
 import { forcedByToolChoice, text } from "./script.js";
-import type { Api, CutKind, Fault, FaultPlan, RequestRecord, ResponsesRequest, Script, SentEvent, Timing } from "./types.js";
+import type { Api, ChatDialect, CutKind, Fault, FaultPlan, RequestRecord, ResponsesRequest, Script, SentEvent, Timing } from "./types.js";
 
 export interface MockOpenAIOptions {
   script: Script;
@@ -34,9 +34,23 @@ export interface MockOpenAIOptions {
   keepAliveTimeoutMs?: number;
   /** Decides each request's fault (as `setFaultPlan` does from then on); default none. */
   faultPlan?: FaultPlan;
+  /**
+   * The dialect `POST /v1/chat/completions` answers in (as `setChatDialect` does from then on; a
+   * request's `x-mock-chat-dialect` header overrides it for that request): how Azure, Gemini, vLLM,
+   * DeepSeek, SGLang or Mistral stream the same script, and what they refuse. Anything but a
+   * `ChatDialect` is refused with `invalid_option`.
+   * @default "openai"
+   */
+  chatDialect?: ChatDialect;
 }
 
-const OPTION_NAMES = new Set(["script", "port", "host", "seed", "timing", "model", "logLimit", "keepAliveTimeoutMs", "faultPlan"]);
+const OPTION_NAMES = new Set(["script", "port", "host", "seed", "timing", "model", "logLimit", "keepAliveTimeoutMs", "faultPlan", "chatDialect"]);
+
+/** The dialect named, or an `invalid_option` error naming the ones there are. */
+function checkDialect(value: unknown, where: string): ChatDialect {
+  if (typeof value === "string" && (CHAT_DIALECTS as readonly string[]).includes(value)) return value as ChatDialect;
+  throw new MockOpenAIError("invalid_option", `${where} must be one of ${CHAT_DIALECTS.join(", ")}, got ${JSON.stringify(value)}`);
+}
 
 /** A stream paused by a `hold` fault, waiting for `release()` or `cutNow()`. */
 export interface HeldStream {
@@ -57,6 +71,8 @@ export interface MockOpenAI {
   baseURL: string;
   readonly requests: RequestRecord[];
   setFaultPlan(plan: FaultPlan | undefined): void;
+  /** The dialect Chat Completions requests are answered in from now on (`MockOpenAIOptions.chatDialect`). */
+  setChatDialect(dialect: ChatDialect): void;
   /** Faults applied to the next requests, one each, in order. */
   queueFault(fault: Fault): void;
   /** Called after each event has been handed to the socket. Returns an unsubscribe function. */
@@ -209,6 +225,48 @@ function checkStatelessInput(request: ResponsesRequest, reasonings: Map<string, 
   return undefined;
 }
 
+/** A dialect's server refusing a request: its status and its own error body. */
+interface DialectRefusal {
+  message: string;
+  body: unknown;
+}
+
+/**
+ * What a dialect's server refuses of a Chat Completions request that OpenAI takes. DeepSeek's
+ * thinking mode: an assistant message with `tool_calls` and no `reasoning_content` (its reasoning
+ * must be sent back in every later request). Gemini 3: a call of the current turn (after the last
+ * user message) that was signed, sent back without its `extra_content.google.thought_signature`
+ * or with another one (Google's error shape: an array of one `error`). Undefined when it is taken.
+ */
+function refusedByDialect(dialect: ChatDialect, messages: Record<string, unknown>[], signatures: ReadonlySet<string>, signedCalls: ReadonlySet<string>): DialectRefusal | undefined {
+  if (dialect === "deepseek") {
+    const at = messages.findIndex((m) => m.role === "assistant" && Array.isArray(m.tool_calls) && m.tool_calls.length > 0 && typeof m.reasoning_content !== "string");
+    if (at === -1) return undefined;
+    const message = "The `reasoning_content` in the thinking mode must be passed back to the API.";
+    return { message, body: { error: { message, type: "invalid_request_error", param: null, code: "invalid_request_error" } } };
+  }
+  if (dialect === "gemini") {
+    let lastUser = -1;
+    messages.forEach((m, i) => {
+      if (m.role === "user") lastUser = i;
+    });
+    for (const [i, m] of messages.entries()) {
+      if (i < lastUser || m.role !== "assistant" || !Array.isArray(m.tool_calls)) continue;
+      for (const c of m.tool_calls as { id?: unknown; function?: { name?: unknown }; extra_content?: { google?: { thought_signature?: unknown } } }[]) {
+        const signature = c.extra_content?.google?.thought_signature;
+        if (signature === undefined && !signedCalls.has(String(c.id))) continue;
+        if (typeof signature === "string" && signatures.has(signature)) continue;
+        const message =
+          signature === undefined
+            ? `Function call is missing a thought_signature in functionCall parts. This is required for tools to work correctly, and missing thought_signature may lead to degraded model performance. Additional data, function call \`default_api:${String(c.function?.name)}\` , position ${i + 1}. please refer to https://ai.google.dev/gemini-api/docs/thought-signatures for more details.`
+            : `Corrupted thought signature.`;
+        return { message, body: [{ error: { code: 400, message, status: "INVALID_ARGUMENT" } }] };
+      }
+    }
+  }
+  return undefined;
+}
+
 const CUT_KINDS: readonly CutKind[] = ["reset", "clean_close", "error_event", "failed_event", "incomplete_event"];
 
 type HoldAction = { type: "release" } | { type: "cut"; kind: CutKind } | { type: "gone" };
@@ -230,6 +288,10 @@ export async function startMockOpenAI(options: MockOpenAIOptions): Promise<MockO
   if (options.keepAliveTimeoutMs !== undefined && !(Number.isInteger(options.keepAliveTimeoutMs) && options.keepAliveTimeoutMs >= 1_000 && options.keepAliveTimeoutMs <= 3_600_000)) {
     throw new MockOpenAIError("invalid_option", `keepAliveTimeoutMs must be an integer 1000..3600000, got ${options.keepAliveTimeoutMs}`);
   }
+  let chatDialect: ChatDialect = options.chatDialect === undefined ? "openai" : checkDialect(options.chatDialect, "chatDialect");
+  // Gemini's thought signatures as minted, and the calls that carried one (which must carry it back).
+  const signatures = new Set<string>();
+  const signedCalls = new Set<string>();
   const baseTiming: Timing = { betweenEventsMs: 0, afterCallDoneMs: 0, beforeCompletedMs: 0, ...options.timing };
   const requests: RequestRecord[] = [];
   const attempts = new Map<string, number>();
@@ -337,6 +399,24 @@ export async function startMockOpenAI(options: MockOpenAIOptions): Promise<MockO
     if (!parsed.success) return fail(400, "invalid_request", parsed.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`).join("; "));
     // What the script and the fault plan read: a Chat Completions request as its Responses request.
     const request: ResponsesRequest = chat ? responsesView(parsed.data as Record<string, unknown>) : (parsed.data as ResponsesRequest);
+    let dialect: ChatDialect | undefined;
+    if (chat) {
+      try {
+        const header = req.headers["x-mock-chat-dialect"];
+        dialect = typeof header === "string" ? checkDialect(header, "x-mock-chat-dialect") : chatDialect;
+      } catch (error) {
+        return fail(400, "invalid_request", (error as Error).message);
+      }
+      record.chatDialect = dialect;
+      const refusal = refusedByDialect(dialect, (parsed.data as { messages: Record<string, unknown>[] }).messages, signatures, signedCalls);
+      if (refusal !== undefined) {
+        record.outcome = "invalid_request";
+        record.status = 400;
+        record.error = refusal.message;
+        res.status(400).set("x-should-retry", "false").json(refusal.body);
+        return;
+      }
+    }
     const refused = chat ? undefined : checkStatelessInput(request, reasonings, requiredBy);
     // The API names the request's input as the parameter at fault.
     if (refused !== undefined) return fail(400, "invalid_request", refused, "invalid_request_error", "input");
@@ -368,13 +448,24 @@ export async function startMockOpenAI(options: MockOpenAIOptions): Promise<MockO
       record.scripted = scripted;
       if (chat) {
         const includeUsage = (parsed.data as { stream_options?: { include_usage?: unknown } }).stream_options?.include_usage === true;
-        rendered = renderChatCompletion(scripted, { seed, bodyHash, attempt, salt: String(generation), model: parsed.data.model, includeUsage });
+        const chatRendered = renderChatCompletion(scripted, { seed, bodyHash, attempt, salt: String(generation), model: parsed.data.model, includeUsage, dialect });
+        for (const signature of chatRendered.signatures) signatures.add(signature);
+        chatRendered.calls.forEach((c, i) => {
+          if (i === 0 && chatRendered.signatures.length > 0) signedCalls.add(c.callId);
+        });
+        rendered = chatRendered;
       } else {
         const encryptedContent = !isStateless(request) || includesEncryptedContent(request);
         rendered = renderResponse(scripted, { seed, bodyHash, attempt, salt: String(generation), model: parsed.data.model, encryptedContent });
         remember(rendered.response);
       }
       if (fault !== undefined && stream) cutAt = resolvePosition(fault.at, rendered.events);
+      if (dialect === "vllm") {
+        // Whole calls side by side, but a fault's position keeps a chunk boundary of its own.
+        const grouped = groupChatCalls(rendered.events, cutAt);
+        rendered = { ...rendered, events: grouped.events };
+        cutAt = grouped.keep;
+      }
       if (fault?.kind === "splice") {
         if (chat) throw new MockOpenAIError("fault_not_applicable", "fault splice applies to Responses API streams only");
         if (!stream) throw new MockOpenAIError("fault_not_applicable", "fault splice applies to streaming requests only");
@@ -524,6 +615,9 @@ export async function startMockOpenAI(options: MockOpenAIOptions): Promise<MockO
     requests,
     setFaultPlan(next) {
       plan = next;
+    },
+    setChatDialect(next) {
+      chatDialect = checkDialect(next, "chatDialect");
     },
     queueFault(fault) {
       queued.push(parseFault(fault));

@@ -1,7 +1,7 @@
 import { spellsNumber } from "@dispatch-once/mock-http";
 import { MockOpenAIError } from "./errors.js";
 import { Rng, mintId } from "./random.js";
-import type { FaultPosition, RenderedCall, ScriptedFunctionCall, ScriptedResponse } from "./types.js";
+import type { ChatDialect, FaultPosition, RenderedCall, ScriptedFunctionCall, ScriptedResponse } from "./types.js";
 
 /*
  * Turns a scripted response into what one HTTP response carries. What a real model varies across
@@ -201,6 +201,20 @@ export function resolvePosition(position: FaultPosition, events: readonly Planne
 /** The type of the planned event that stands for the `data: [DONE]` line ending a Chat Completions stream. */
 export const CHAT_DONE = "[DONE]";
 
+/** Every Chat Completions dialect, the default first. */
+export const CHAT_DIALECTS: readonly ChatDialect[] = ["openai", "azure", "gemini", "vllm", "deepseek", "sglang", "mistral"];
+
+/** What DeepSeek's thinking mode reasons when the script gave the response no reasoning: it always reasons. */
+const DEEPSEEK_THOUGHT = "Working out what is asked.";
+
+/** Azure's content filter verdict on a piece of text (every category safe, nothing filtered). */
+const AZURE_SAFE = {
+  hate: { filtered: false, severity: "safe" },
+  self_harm: { filtered: false, severity: "safe" },
+  sexual: { filtered: false, severity: "safe" },
+  violence: { filtered: false, severity: "safe" },
+};
+
 /**
  * The same scripted response as a Chat Completions stream (`chat.completion.chunk`s of one choice),
  * varied as `renderResponse` varies it (ids, key order, whitespace, fragment boundaries, wording):
@@ -211,58 +225,150 @@ export const CHAT_DONE = "[DONE]";
  * fragment of the next index or at `finish_reason`: those events carry its `finalizes` mark. The
  * API has no reasoning items: a reasoning output streams as `reasoning_content` deltas, the field
  * DeepSeek and vLLM use, which OpenAI's own SDK does not read.
+ *
+ * `dialect` renders it as another kind of server streams it (`ChatDialect`); every shape but
+ * `vllm`'s whole calls is drawn here, with the same marks, so a fault position lands at the same
+ * logical point in each (`groupChatCalls` does `vllm`'s after the position is resolved).
  */
-export function renderChatCompletion(scripted: ScriptedResponse, options: RenderOptions & { includeUsage?: boolean }): RenderedResponse {
+export function renderChatCompletion(scripted: ScriptedResponse, options: RenderOptions & { includeUsage?: boolean; dialect?: ChatDialect }): RenderedResponse & { signatures: string[] } {
+  const dialect = options.dialect ?? "openai";
   const rng = new Rng(options.seed, options.bodyHash, options.attempt, options.salt);
   const id = mintId("chatcmpl-", rng);
   const created = Math.floor(Date.now() / 1000);
   const events: PlannedEvent[] = [];
   const calls: RenderedCall[] = [];
-  const chunk = (delta: Record<string, unknown>, finish: string | null = null) => ({
+  const signatures: string[] = [];
+  const hasCalls = scripted.output.some((o) => o.type === "function_call");
+  // Gemini's compatibility layer says stop beside calls; the others tool_calls.
+  const finishReason = hasCalls && dialect !== "gemini" ? "tool_calls" : "stop";
+  const chunk = (delta: Record<string, unknown>, finish: string | null = null, filtered = false) => ({
     id,
     object: "chat.completion.chunk",
     created,
     model: options.model,
     system_fingerprint: "fp_mock",
-    choices: [{ index: 0, delta, logprobs: null, finish_reason: finish }],
+    choices: [
+      {
+        index: 0,
+        delta: dialect === "gemini" ? { role: "assistant", ...delta } : delta,
+        logprobs: null,
+        // SGLang and older Ollama send "" on every chunk before the finish.
+        finish_reason: finish ?? (dialect === "sglang" ? "" : null),
+        ...(dialect === "azure" && filtered ? { content_filter_results: AZURE_SAFE } : {}),
+      },
+    ],
   });
-  const push = (type: string, data: Record<string, unknown>, extra: Partial<PlannedEvent> = {}) => events.push({ type, data, ...extra });
-  push("chunk.role", chunk({ role: "assistant", content: "", refusal: null }));
+  // Azure's asynchronous filter: a choice-0 annotation without delta, and with an empty id.
+  const annotation = (end: number) => ({
+    id: "",
+    object: "",
+    created: 0,
+    model: "",
+    choices: [{ index: 0, finish_reason: null, content_filter_results: AZURE_SAFE, content_filter_offsets: { check_offset: 0, start_offset: 0, end_offset: end } }],
+  });
+  let streamed = 0;
+  const push = (type: string, data: Record<string, unknown>, extra: Partial<PlannedEvent> = {}) => {
+    events.push({ type, data, ...extra });
+    // Azure annotates what it checked once a call is final, and after the finish.
+    if (dialect === "azure" && (extra.finalizes !== undefined || extra.finish === true)) events.push({ type: "chunk.annotation", data: annotation(streamed) });
+  };
+  if (dialect === "azure") push("chunk.prompt_filter", { id: "", object: "", created: 0, model: "", choices: [], prompt_filter_results: [{ prompt_index: 0, content_filter_results: AZURE_SAFE }] });
+  if (dialect === "deepseek") push("chunk.role", chunk({ role: "assistant", content: null, reasoning_content: "" }));
+  else if (dialect === "mistral") push("chunk.role", chunk({ role: "assistant", content: "" }));
+  else if (dialect !== "gemini") push("chunk.role", chunk({ role: "assistant", content: "", refusal: null }));
   let content = "";
+  let reasoningText = "";
   const toolCalls: Record<string, unknown>[] = [];
+  const thinking = (summary: string) => {
+    reasoningText += summary;
+    for (const delta of split(summary, rng)) {
+      streamed += delta.length;
+      if (dialect === "mistral") push("chunk.thinking", chunk({ content: [{ type: "thinking", thinking: [{ type: "text", text: delta }] }] }));
+      else if (dialect === "deepseek") push("chunk.reasoning_content", chunk({ content: null, reasoning_content: delta }));
+      else push("chunk.reasoning_content", chunk({ reasoning_content: delta }));
+    }
+  };
+  // DeepSeek's thinking mode reasons before every answer.
+  if (dialect === "deepseek" && !scripted.output.some((o) => o.type === "reasoning")) thinking(DEEPSEEK_THOUGHT);
   for (const out of scripted.output) {
     if (out.type === "text") {
-      for (const delta of split(out.text, rng)) push("chunk.content", chunk({ content: delta }));
+      for (const delta of split(out.text, rng)) {
+        streamed += delta.length;
+        push("chunk.content", chunk(dialect === "mistral" ? { content: [{ type: "text", text: delta }] } : { content: delta }, null, true));
+      }
       content += out.text;
       continue;
     }
     if (out.type === "reasoning") {
-      for (const delta of split(out.summary, rng)) push("chunk.reasoning_content", chunk({ reasoning_content: delta }));
+      // Gemini streams no thoughts unless asked to (include_thoughts).
+      if (dialect !== "gemini") thinking(out.summary);
       continue;
     }
     const ordinal = calls.length;
     const args = reword(out, rng, options.attempt);
     const json = serialise(args, rng, rng.next() < 0.5, out.spell);
     const fragments = split(json, rng);
-    const callId = mintId("call_", rng);
+    const callId =
+      dialect === "gemini" ? `function-call-${rng.nextUint32()}${rng.nextUint32()}` : dialect === "vllm" ? mintId("chatcmpl-tool-", rng) : dialect === "mistral" ? mintId("", rng).slice(0, 9) : mintId("call_", rng);
     calls.push({ id: callId, callId, name: out.name, arguments: args, json, fragments });
-    toolCalls.push({ id: callId, type: "function", function: { name: out.name, arguments: json } });
+    // Gemini signs the first call of a response (of parallel calls, only the first).
+    const signature = dialect === "gemini" && ordinal === 0 ? mintId("sig_", rng) : undefined;
+    if (signature !== undefined) signatures.push(signature);
+    const extra = signature === undefined ? {} : { extra_content: { google: { thought_signature: signature } } };
+    const at = dialect === "gemini" ? {} : { index: ordinal };
+    toolCalls.push({ id: callId, type: "function", function: { name: out.name, arguments: json }, ...extra });
     // Its first fragment makes the call before it final (OpenAI streams indexes in order).
-    push(
-      "chunk.tool_call",
-      chunk({ tool_calls: [{ index: ordinal, id: callId, type: "function", function: { name: out.name, arguments: "" } }] }),
-      { call: ordinal, ...(ordinal > 0 ? { finalizes: [ordinal - 1] } : {}) },
-    );
-    fragments.forEach((piece, i) =>
-      push("chunk.tool_call.arguments", chunk({ tool_calls: [{ index: ordinal, function: { arguments: piece } }] }), { call: ordinal, fragment: i + 1 }),
-    );
+    push("chunk.tool_call", chunk({ tool_calls: [{ ...at, id: callId, type: "function", function: { name: out.name, arguments: "" }, ...extra }] }), {
+      call: ordinal,
+      ...(ordinal > 0 ? { finalizes: [ordinal - 1] } : {}),
+    });
+    fragments.forEach((piece, i) => {
+      streamed += piece.length;
+      push("chunk.tool_call.arguments", chunk({ tool_calls: [{ ...at, function: { arguments: piece } }] }), { call: ordinal, fragment: i + 1 });
+    });
   }
-  const finishReason = calls.length > 0 ? "tool_calls" : "stop";
   push("chunk.finish", chunk({}, finishReason), { finish: true, ...(calls.length > 0 ? { finalizes: [calls.length - 1] } : {}) });
   const usage = { prompt_tokens: 20, completion_tokens: 10, total_tokens: 30 };
   if (options.includeUsage === true) push("chunk.usage", { id, object: "chat.completion.chunk", created, model: options.model, system_fingerprint: "fp_mock", choices: [], usage });
   push(CHAT_DONE, {});
-  const message = { role: "assistant", content: content === "" && calls.length > 0 ? null : content, refusal: null, ...(toolCalls.length > 0 ? { tool_calls: toolCalls } : {}) };
+  const message = {
+    role: "assistant",
+    content: content === "" && calls.length > 0 ? null : content,
+    ...(dialect === "deepseek" ? { reasoning_content: reasoningText } : {}),
+    refusal: null,
+    ...(toolCalls.length > 0 ? { tool_calls: toolCalls } : {}),
+  };
   const response = { id, object: "chat.completion", created, model: options.model, system_fingerprint: "fp_mock", choices: [{ index: 0, message, logprobs: null, finish_reason: finishReason }], usage };
-  return { responseId: id, calls, events, response };
+  return { responseId: id, calls, events, response, signatures };
+}
+
+/**
+ * vLLM's and Ollama's shape: the `tool_calls` fragments of consecutive chunks in one chunk (each
+ * call whole, several calls side by side), except that the event at `keep` (a fault's position,
+ * resolved on the fragment-by-fragment stream) begins a chunk of its own, so a cut there lands where
+ * it lands in every other dialect: the calls before it delivered, none of what follows. Returns the
+ * grouped events and where `keep` is among them.
+ */
+export function groupChatCalls(events: readonly PlannedEvent[], keep: number | undefined): { events: PlannedEvent[]; keep: number | undefined } {
+  const out: PlannedEvent[] = [];
+  let mapped: number | undefined;
+  const isCall = (e: PlannedEvent) => e.type === "chunk.tool_call" || e.type === "chunk.tool_call.arguments" || e.type === "chunk.tool_calls";
+  events.forEach((event, i) => {
+    if (i === keep) mapped = out.length;
+    const last = out.at(-1);
+    if (last === undefined || !isCall(event) || !isCall(last) || i === keep || i === 0 || !isCall(events[i - 1]!)) {
+      out.push(isCall(event) ? { ...event, type: "chunk.tool_calls", data: structuredClone(event.data) } : event);
+      return;
+    }
+    const entries = ((last.data.choices as { delta: { tool_calls: Record<string, unknown>[] } }[])[0]!.delta.tool_calls);
+    for (const entry of (event.data.choices as { delta: { tool_calls: Record<string, unknown>[] } }[])[0]!.delta.tool_calls) {
+      const held = entries.at(-1) as { index: number; function: { arguments: string } } | undefined;
+      // A piece of the call held last is appended to it: that call whole, as these servers send it.
+      if (held !== undefined && entry.id === undefined && held.index === entry.index) held.function.arguments += (entry.function as { arguments: string }).arguments;
+      else entries.push(structuredClone(entry));
+    }
+    const finalizes = [...(last.finalizes ?? []), ...(event.finalizes ?? [])];
+    out[out.length - 1] = { ...last, ...(finalizes.length > 0 ? { finalizes } : {}) };
+  });
+  return { events: out, keep: mapped };
 }

@@ -141,12 +141,34 @@ export interface SentEvent {
   data: Record<string, unknown>;
 }
 
+/**
+ * The Chat Completions dialect a stream is rendered in: the same script, as a given kind of
+ * OpenAI-compatible server streams it (README "Chat Completions dialects").
+ * - `openai`: OpenAI's own shapes (the default).
+ * - `azure`: Azure OpenAI with its content filter: a first chunk with an empty `id` and no choices
+ *   (`prompt_filter_results`), and choice-0 annotation chunks without `delta` after each chunk that
+ *   makes a call final and after the finish.
+ * - `gemini`: Gemini's compatibility layer: `tool_calls` fragments without `index` (placed by `id`),
+ *   `function-call-…` ids, `role` on every delta, the first call of each response signed
+ *   (`extra_content.google.thought_signature`), `finish_reason` `stop` beside calls; a request whose
+ *   current turn carries a call without the signature it was given is refused (400, Google's error).
+ * - `vllm`: several whole calls in one chunk (vLLM, Ollama), `chatcmpl-tool-…` ids.
+ * - `deepseek`: thinking mode: every response reasons first (`reasoning_content` deltas, `content:
+ *   null`); a request with an assistant message that has `tool_calls` but no `reasoning_content` is
+ *   refused (400).
+ * - `sglang`: `finish_reason: ""` on every chunk before the real one (SGLang, older Ollama).
+ * - `mistral`: `content` as parts (`thinking` parts for reasoning, `text` parts), 9-character call ids.
+ */
+export type ChatDialect = "openai" | "azure" | "gemini" | "vllm" | "deepseek" | "sglang" | "mistral";
+
 /** The API a request was sent to: `POST /v1/responses` or `POST /v1/chat/completions`. */
 export type Api = "responses" | "chat.completions";
 
 export interface RequestRecord {
   requestNumber: number;
   api: Api;
+  /** The dialect a Chat Completions request was answered in (absent on the Responses API). */
+  chatDialect?: ChatDialect;
   attempt: number;
   bodyHash: string;
   body: unknown;
