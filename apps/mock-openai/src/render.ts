@@ -275,7 +275,8 @@ export function renderChatCompletion(scripted: ScriptedResponse, options: Render
   if (dialect === "azure") push("chunk.prompt_filter", { id: "", object: "", created: 0, model: "", choices: [], prompt_filter_results: [{ prompt_index: 0, content_filter_results: AZURE_SAFE }] });
   if (dialect === "deepseek") push("chunk.role", chunk({ role: "assistant", content: null, reasoning_content: "" }));
   else if (dialect === "mistral") push("chunk.role", chunk({ role: "assistant", content: "" }));
-  else if (dialect !== "gemini") push("chunk.role", chunk({ role: "assistant", content: "", refusal: null }));
+  else if (dialect === "gemini") push("chunk.role", chunk({ content: "" }));
+  else push("chunk.role", chunk({ role: "assistant", content: "", refusal: null }));
   let content = "";
   let reasoningText = "";
   const toolCalls: Record<string, unknown>[] = [];
