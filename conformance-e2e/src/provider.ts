@@ -2,6 +2,7 @@ import Anthropic from "@anthropic-ai/sdk";
 import { ConversationRunner as AnthropicRunner } from "@dispatch-once/anthropic";
 import type { JsonValue, ProviderToolSchema } from "@dispatch-once/core";
 import {
+  CHAT_DIALECTS,
   call,
   lastUserText as openAIUserText,
   reasoning,
@@ -11,6 +12,7 @@ import {
   startMockOpenAI,
   text as textItem,
   responsesView,
+  type ChatDialect,
   type Fault as OpenAIFault,
   type FaultPosition as OpenAIPosition,
   type MockOpenAI,
@@ -651,6 +653,20 @@ const chatTranscript: TranscriptReader = {
       }),
 };
 
+/**
+ * The Chat Completions dialect a case's model server speaks (apps/mock-openai `chatDialect`: OpenAI's
+ * own, Azure, Gemini, vLLM, DeepSeek, SGLang, Mistral), drawn from the scenario: a hash of its plans
+ * (each user text without its per-case account, and the calls), so a seed and a replayed path draw
+ * the same one, and certification runs cover each dialect with cuts, retries, re-sends and take-overs.
+ */
+export function chatDialectOf(plans: Map<string, PlannedCall[][]>): ChatDialect {
+  const drawn = JSON.stringify([...plans].map(([text, steps]) => [text.slice(text.indexOf(" ") + 1), steps]).sort(([a], [b]) => (String(a) < String(b) ? -1 : 1)));
+  // FNV-1a: stable across processes and Node versions.
+  let hash = 0x811c9dc5;
+  for (let i = 0; i < drawn.length; i++) hash = Math.imul(hash ^ drawn.charCodeAt(i), 0x01000193) >>> 0;
+  return CHAT_DIALECTS[hash % CHAT_DIALECTS.length]!;
+}
+
 async function openAIChatSide(): Promise<ProviderSide> {
   let script = openAIScript({});
   const mock = await startMockOpenAI({ script: (request) => script(request) });
@@ -673,6 +689,8 @@ async function openAIChatSide(): Promise<ProviderSide> {
       // runEndToEnd draws no splice for this side (withoutSplices): a planted one would be refused by the mock, a 500 the run would take for an outage.
       if ([...(splices?.values() ?? [])].some((steps) => steps.some((s) => s !== undefined))) throw new TypeError("provider openai-chat takes no splices: apps/mock-openai refuses them on Chat Completions streams");
       programOpenAIMock(mock, (next) => (script = next), shape, [plans, cutFor, reruns, onRerun, undefined, onSplice]);
+      // The server this case's model runs behind: its chunk shapes, and what it refuses.
+      mock.setChatDialect(chatDialectOf(plans));
     },
     // What the model emitted per request, as the mock rendered it: its calls, their call_ ids.
     responses: () =>
