@@ -2,11 +2,14 @@
 import { parseArgs } from "node:util";
 import { parseFault, startMockOpenAI } from "./provider.js";
 import { call, respond, say, scriptFromPlans } from "./script.js";
+import type { ChatDialect } from "./types.js";
 
-const USAGE = `usage: dispatch-once-mock-openai [--port N] [--host H] [--seed S] [--before-completed-ms N] [--fault JSON]
+const USAGE = `usage: dispatch-once-mock-openai [--port N] [--host H] [--seed S] [--before-completed-ms N] [--chat-dialect D] [--fault JSON]
 
 Serves POST /v1/responses (the OpenAI Responses API, streaming and not) with a small plan script
-("pay acme" makes a send_payment call, "hello" answers text), and /_control/{requests,faults,reset}.`;
+("pay acme" makes a send_payment call, "hello" answers text), and /_control/{requests,faults,reset}.
+POST /v1/chat/completions answers in --chat-dialect: openai (default), azure, gemini, vllm,
+deepseek, sglang or mistral (a request's x-mock-chat-dialect header overrides it).`;
 
 async function main(): Promise<void> {
   const { values } = parseArgs({
@@ -17,6 +20,7 @@ async function main(): Promise<void> {
       seed: { type: "string", default: "0" },
       "before-completed-ms": { type: "string", default: "0" },
       fault: { type: "string" },
+      "chat-dialect": { type: "string", default: "openai" },
       help: { type: "boolean", short: "h" },
     },
     strict: true,
@@ -32,6 +36,7 @@ async function main(): Promise<void> {
     host: values.host,
     seed: values.seed,
     timing: { beforeCompletedMs: gap },
+    chatDialect: values["chat-dialect"] as ChatDialect,
     script: scriptFromPlans({
       "pay acme": respond(call("send_payment", { payee: "acme", amount: 125_000, currency: "EUR", reference: "INV-1042", memo: "Invoice 1042" }, { reword: ["memo"] })),
       hello: say("Hi."),
