@@ -40,6 +40,7 @@ export interface MockOpenAIOptions {
    * DeepSeek, SGLang or Mistral stream the same script, and what they refuse. Anything but a
    * `ChatDialect` is refused with `invalid_option`.
    * @default "openai"
+   * @example "deepseek"
    */
   chatDialect?: ChatDialect;
 }
