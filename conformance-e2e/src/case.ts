@@ -22,6 +22,7 @@ import {
   short,
   type CaseContext,
   type CaseStore,
+  type RecordedEvent,
   type SendOutcome,
   type SentMessage,
   type Worker,
@@ -54,6 +55,19 @@ export interface CaseRun {
   timeline: string[];
   /** What the case exercised, counted (coverage of the random runs). */
   stats: Record<string, number>;
+}
+
+/** Attempts whose stream failed after they dispatched a call (caseStats), and 1 when the case had any. */
+function failedAfterDispatch(events: RecordedEvent[]): { failed_after_dispatch: number; cases_failed_after_dispatch: number } {
+  const dispatched = new Set<string>();
+  let failed = 0;
+  for (const e of events) {
+    const attempt = `${e.worker} ${e.send ?? ""} ${e.conversationId} ${e.turnIndex} ${e.attempt}`;
+    if (e.type === "attempt_started") dispatched.delete(attempt);
+    else if (e.type === "call_complete") dispatched.add(attempt);
+    else if (e.type === "stream_failed" && dispatched.delete(attempt)) failed++;
+  }
+  return { failed_after_dispatch: failed, cases_failed_after_dispatch: failed > 0 ? 1 : 0 };
 }
 
 function caseStats(ctx: CaseContext, elapsedMs: number): Record<string, number> {
@@ -92,6 +106,11 @@ function caseStats(ctx: CaseContext, elapsedMs: number): Record<string, number> 
     reused_ids_of_answered: count((r) => (r as { before?: StoredMessage }).before?.state === "answered", ctx.reuses),
     reused_ids_of_failed: count((r) => (r as { before?: StoredMessage }).before?.state === "failed", ctx.reuses),
     reused_ids_in_flight: count((r) => ["queued", "in_progress"].includes((r as { before?: StoredMessage }).before?.state ?? ""), ctx.reuses),
+    // Attempts whose stream failed after one of their calls was dispatched (its call_complete came
+    // first), and whether the case had one: the failed attempt most record rules are about (RECORD-*,
+    // TURN-15, TURN-23). On Chat Completions a call is dispatched at the next call's first fragment or
+    // at finish_reason, so only a cut between two calls of a response reaches it (README).
+    ...failedAfterDispatch(ctx.events),
     elapsed_ms: elapsedMs,
   };
   for (const s of ctx.sends) stats[`send_${s.outcome}`] = (stats[`send_${s.outcome}`] ?? 0) + 1;
