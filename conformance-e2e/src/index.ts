@@ -20,12 +20,12 @@ import fc from "fast-check";
 import { runAiSdkCase, startAiSdkWorld, type AiSdkAppOptions } from "./ai-sdk-case.js";
 import { aiSdkScenarioArbitrary, withoutAiSdkSplices } from "./ai-sdk-scenario.js";
 import { runCase, type CaseOptions } from "./case.js";
-import { scenarioArbitrary, withoutSplices } from "./scenario.js";
+import { scenarioArbitrary, withClosingSearch, withoutSplices } from "./scenario.js";
 import { PROVIDERS, type ProviderName } from "./provider.js";
 import { startWorld } from "./world.js";
 
 export { PROVIDERS, RUNNER_PROVIDERS, type ProviderName, type RunnerProviderName, type CommittedCall, type CommittedResult, type TranscriptReader } from "./provider.js";
-export { scenarioArbitrary, faultFree, withoutDeferral, withoutSplices, type Scenario, type DeferredCall } from "./scenario.js";
+export { scenarioArbitrary, faultFree, withClosingSearch, withoutDeferral, withoutSplices, type Scenario, type DeferredCall } from "./scenario.js";
 export { aiSdkScenarioArbitrary, messagesOf, withoutAiSdkSplices, withoutCrossTurnRepeats, withoutTabs, type AiSdkCrossTurnRepeat, type AiSdkTab, type AiSdkTabs, type AiSdkScenario, type AiSdkChatPlan, type AiSdkMessagePlan, type AiSdkCut, type AiSdkContinuation, type AiSdkRerunDivergence, type AiSdkSplice } from "./ai-sdk-scenario.js";
 export type { AiSdkAppOptions, AiSdkMessage, AiSdkRequest, AiSdkToolSet, AiSdkTurnTools, AiSdkWrapOptions } from "./ai-sdk-case.js";
 export type { OracleViolation } from "./oracle.js";
@@ -181,8 +181,10 @@ export async function runEndToEnd(subject: LedgerSubject, options: EndToEndOptio
     return;
   }
   const world = await startWorld(provider);
-  // Chat Completions has no splices on the mock (it refuses them): none is drawn there.
-  const scenarios = provider === "openai-chat" ? scenarioArbitrary().map(withoutSplices) : scenarioArbitrary();
+  // Chat Completions has no splices on the mock (it refuses them): none is drawn there. Its model
+  // ends a turn that pays with a read (withClosingSearch), so that a cut can fall after its last
+  // payment was dispatched, before the response finished.
+  const scenarios = provider === "openai-chat" ? scenarioArbitrary().map((s) => withClosingSearch(withoutSplices(s))) : scenarioArbitrary();
   try {
     await runKitProperty(scenarios, (scenario) => runCase(world, subject, scenario, options), options);
   } finally {

@@ -331,6 +331,65 @@ export function withoutSplices(scenario: Scenario): Scenario {
   };
 }
 
+/** The read a Chat Completions model makes after a response's writes (withClosingSearch). */
+const CLOSING_SEARCH: PlannedCall = { tool: "search_payments", args: {} };
+
+/** Whether a turn's calls pay (a write among them) and do not already end with a read. */
+function endsOnWrite(calls: PlannedCall[]): boolean {
+  return calls.some((c) => c.tool !== "search_payments") && calls[calls.length - 1]?.tool !== "search_payments";
+}
+
+/** A divergence resolved on `calls` (its indexes taken modulo their count), or undefined where it changes nothing there. */
+function resolvedDivergence(calls: PlannedCall[], followUp: PlannedCall[] | undefined, d: RerunDivergence | undefined): RerunDivergence | undefined {
+  if (d === undefined || divergedCalls({ calls, followUp, rerunDivergence: d }) === undefined) return undefined;
+  return d.kind === "omit" ? { kind: "omit", call: d.call % calls.length } : { kind: "swap", first: d.first % calls.length, second: d.second % calls.length };
+}
+
+/**
+ * The scenario as a Chat Completions model plays it (provider `openai-chat`): a turn whose calls pay
+ * ends with a read, `search_payments` (as the demo's chat model checks the balance after a
+ * payment), in its first turn and in its tool loop's next. On this API a call is dispatched at the
+ * next call's first fragment or at `finish_reason`, which ends the response (STREAM-20): without a
+ * call after it, a turn's last payment is dispatched only once its response has finished, and no
+ * cut can fail the attempt that ran it; with one, a cut drawn after the payment (`after_call`), or
+ * before the end of the response, falls between the two calls, as such a cut does on the other
+ * sides (the attempt dispatched the payment and fails). The read has no effect and is no intent;
+ * every index a plan names keeps naming the call it named (a fault or death on a follow-up call
+ * moves up by one; a divergence is resolved on the turn's own calls, so it never omits or swaps
+ * the read). Every draw of a seed stays what it was: only the scenario made of them changes.
+ */
+export function withClosingSearch(scenario: Scenario): Scenario {
+  return {
+    ...scenario,
+    conversations: scenario.conversations.map((c) => ({
+      ...c,
+      messages: c.messages.map((m) => {
+        const followUp = m.followUp ?? [];
+        const first = endsOnWrite(m.calls);
+        const loop = followUp.length > 0 && endsOnWrite(followUp);
+        if (!first && !loop) return m;
+        const n = m.calls.length;
+        const shift = (i: number) => (first && i >= n ? i + 1 : i);
+        const plan: MessagePlan = {
+          ...m,
+          calls: first ? [...m.calls, CLOSING_SEARCH] : m.calls,
+          downstream: Object.fromEntries(Object.entries(m.downstream).map(([i, f]) => [shift(Number(i)), f])),
+          unstorable: m.unstorable.map(shift),
+          death: m.death === undefined ? undefined : { ...m.death, call: shift(m.death.call) },
+        };
+        if (loop) plan.followUp = [...followUp, CLOSING_SEARCH];
+        const d = resolvedDivergence(m.calls, m.followUp, m.rerunDivergence);
+        if (d === undefined) delete plan.rerunDivergence;
+        else plan.rerunDivergence = d;
+        const f = followUp.length === 0 ? undefined : resolvedDivergence(followUp, undefined, m.followUpDivergence);
+        if (f === undefined) delete plan.followUpDivergence;
+        else plan.followUpDivergence = f;
+        return plan;
+      }),
+    })),
+  };
+}
+
 export interface ConversationPlan {
   id: string;
   messages: MessagePlan[];

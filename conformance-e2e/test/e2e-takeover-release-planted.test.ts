@@ -3,7 +3,7 @@ import type { FailedTurnRecord } from "@dispatch-once/runner";
 import { describe, expect, it } from "vitest";
 import { runEndToEnd } from "../src/index.js";
 import type { DispatcherDefaults } from "../src/world.js";
-import { WITH_CHAT, type WithChat } from "./chat-sides.js";
+import { WITH_CHAT } from "./chat-sides.js";
 import { expectReadable } from "./readable.js";
 import { memory, observeClaims, realDispatcher, wrapDispatcher } from "./audit-mutants.js";
 
@@ -24,18 +24,15 @@ import { memory, observeClaims, realDispatcher, wrapDispatcher } from "./audit-m
 const SEARCH_BUDGET_MS = 120_000;
 
 /**
- * The seed whose search reaches the bug on each side, and the run it stops at. On Chat Completions
- * seed 5's 300 runs never do (nor seed 3's): a call is final there at the next index's first fragment
- * or at `finish_reason`, which ends the response, so an attempt that re-dispatches a response's last
- * call can no longer fail by its stream, and the entry that vouches for the key (a later attempt's,
- * the plant's condition) needs a call before another in a cut response. Seed 2 reaches it at run 15
- * (a void_payment), seed 1 at run 248.
+ * The seed whose search reaches the bug, and the run it stops at: seed 5, run 12 (path "11"), on
+ * every side. On Chat Completions seed 5's 300 runs never reached it while the kit's chat model
+ * ended a turn on its last payment (a call is final there at the next call's first fragment or at
+ * `finish_reason`, which ends the response, so an attempt that re-dispatched a response's last call
+ * could no longer fail by its stream, and the entry that vouches for the key, a later attempt's,
+ * needs one); its model now ends a paying turn with a read (scenario.ts `withClosingSearch`), and
+ * seed 5 reaches it at run 12 there too (seed 1 at run 50, seed 3 at 37, seed 6 at 72).
  */
-const SEEDS: Record<WithChat, { seed: number; runs: number }> = {
-  anthropic: { seed: 5, runs: 13 },
-  openai: { seed: 5, runs: 13 },
-  "openai-chat": { seed: 2, runs: 15 },
-};
+const SEARCH = { seed: 5, runs: 13 } as const;
 
 /** Per key, whether its latest granted claim took over an expired one (an earlier holder's run may have acted). */
 const takeoverClaim = new Map<string, boolean>();
@@ -91,7 +88,7 @@ function observingDispatcher(tools: ToolDefinition<any, any>[], ledger: Ledger, 
 
 describe.each(WITH_CHAT)("a take-over's release: the end-to-end oracle rejects a record that denies the dead worker's effect (provider %s)", (provider) => {
   it("RECORD-2 a take-over's released call entry that says not_happened, the dead worker's effect made before its attempt began", async () => {
-    const { seed } = SEEDS[provider];
+    const { seed } = SEARCH;
     const error = await runEndToEnd(memory, { deploys: false,
       provider,
       runs: 300,
@@ -105,8 +102,7 @@ describe.each(WITH_CHAT)("a take-over's release: the end-to-end oracle rejects a
     expect(planted.count).toBeGreaterThan(0);
     const message = expectReadable(error, seed);
     // The take-over's released entry in a resumed turn's failed-turn record, the dead worker's
-    // effect made before the attempt began (seed 5: after 12 runs, path "11", on both sides of
-    // RUNNER_PROVIDERS; Chat Completions, seed 2: after 15 runs, path "14").
+    // effect made before the attempt began (seed 5: after 12 runs, path "11", on every side).
     expect(message).toMatch(/breaks RECORD-2\): .* says (send|void)_payment key [0-9a-f]{8} did not happen in attempt \d+ \(released; /);
     expect(message).toMatch(/but a run under that key made it before that attempt began \(t=\d+ms\) in a resumed turn \(RECORD-6\): payment_(created|voided)/);
   }, 600_000);
@@ -115,8 +111,8 @@ describe.each(WITH_CHAT)("a take-over's release: the end-to-end oracle rejects a
     takeoverReleases.clear();
     await runEndToEnd(memory, { deploys: false,
       provider,
-      // The mutant's search stops at run 12 (path "11"; chat: run 15, path "14"): the same first scenarios, the failing one included.
-      ...SEEDS[provider],
+      // The mutant's search stops at run 12 (path "11"): the same first scenarios, the failing one included.
+      ...SEARCH,
       dispatcher: observingDispatcher,
     });
     // The runs reached what the mutant breaks: a take-over that released its claim.

@@ -3,7 +3,7 @@ import type { FailedTurnRecord } from "@dispatch-once/runner";
 import { describe, expect, it } from "vitest";
 import { runEndToEnd } from "../src/index.js";
 import type { DispatcherDefaults } from "../src/world.js";
-import { WITH_CHAT, type WithChat } from "./chat-sides.js";
+import { WITH_CHAT } from "./chat-sides.js";
 import { SHRINKS, expectReadable } from "./readable.js";
 import { memory, observeClaims, realDispatcher, wrapDispatcher } from "./audit-mutants.js";
 
@@ -23,15 +23,13 @@ import { memory, observeClaims, realDispatcher, wrapDispatcher } from "./audit-m
  */
 const SEARCH_BUDGET_MS = 120_000;
 /**
- * The seed whose search reaches the bug on each side, and the scenarios the control replays (the
- * search's, to the failing one). On Chat Completions seed 5's 300 runs never do (as in
- * e2e-takeover-release-planted, whose condition this is): seed 2 does, at run 15, a void_payment.
+ * The seed whose search reaches the bug, and the scenarios the control replays (the search's, to
+ * the failing one): seed 5, run 12 (path "11"), on every side. On Chat Completions seed 5's 300
+ * runs never reached it while the kit's chat model ended a turn on its last payment (as in
+ * e2e-takeover-release-planted, whose condition this is); with its closing read
+ * (scenario.ts `withClosingSearch`) it does, at run 12.
  */
-const SEEDS: Record<WithChat, { seed: number; runs: number }> = {
-  anthropic: { seed: 5, runs: 13 },
-  openai: { seed: 5, runs: 13 },
-  "openai-chat": { seed: 2, runs: 15 },
-};
+const SEARCH = { seed: 5, runs: 13 } as const;
 
 const takeoverClaim = new Map<string, boolean>();
 const takeoverReleases = new Set<string>();
@@ -87,7 +85,7 @@ describe.each(WITH_CHAT)("an entry no attempt resolved: the end-to-end oracle ju
   for (const [name, shrinkTimeLimitMs] of SHRINKS) {
     it(`RECORD-2 a take-over's call written as never dispatched (a call id no attempt resolved) that says not_happened, the dead worker's effect made before (${name})`, async () => {
       planted.count = 0;
-      const { seed } = SEEDS[provider];
+      const { seed } = SEARCH;
       const error = await runEndToEnd(memory, { deploys: false,
         provider,
         runs: 300,
@@ -112,8 +110,8 @@ describe.each(WITH_CHAT)("an entry no attempt resolved: the end-to-end oracle ju
     let stats: Record<string, number> = {};
     await runEndToEnd(memory, { deploys: false,
       provider,
-      // The mutant's search stops at run 12 (path "11"; chat: run 15, path "14"): the same first scenarios, the failing one included.
-      ...SEEDS[provider],
+      // The mutant's search stops at run 12 (path "11"): the same first scenarios, the failing one included.
+      ...SEARCH,
       dispatcher: observingDispatcher,
       onStats: (s) => (stats = s),
     });
