@@ -88,6 +88,8 @@ function observingDispatcher(tools: ToolDefinition<any, any>[], ledger: Ledger, 
 
 describe.each(WITH_CHAT)("a take-over's release: the end-to-end oracle rejects a record that denies the dead worker's effect (provider %s)", (provider) => {
   it("RECORD-2 a take-over's released call entry that says not_happened, the dead worker's effect made before its attempt began", async () => {
+    // Counted per side (the sides run one after the other in this file).
+    planted.count = 0;
     const { seed } = SEARCH;
     const error = await runEndToEnd(memory, { deploys: false,
       provider,
