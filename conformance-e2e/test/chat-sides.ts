@@ -10,5 +10,3 @@ import { RUNNER_PROVIDERS } from "../src/index.js";
  * Chat Completions side").
  */
 export const WITH_CHAT = [...RUNNER_PROVIDERS, "openai-chat"] as const;
-
-export type WithChat = (typeof WITH_CHAT)[number];
