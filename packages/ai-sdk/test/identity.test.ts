@@ -27,7 +27,7 @@ describe("IDENT-2: an identity names fields of the tool's own input schema", () 
   it.each([
     ["a zod schema", { pay: zodPay }],
     ["a JSON schema", { pay: jsonPay }],
-  ])("refuses a field %s does not have (a misspelt field would drop out of the key)", (_, tools) => {
+  ])("AISDK-7 refuses a field %s does not have with invalid_tool_definition (a misspelt field would drop out of the key)", (_, tools) => {
     const error = refusal(() => createOnceTools({ tools, effects: { pay: "keyed_write" }, identity: { pay: ["payee", "amout"] }, ledger }));
     expect(error.code).toBe("invalid_tool_definition");
     expect(error.message).toMatch(/"amout" is not in its schema/);
@@ -43,7 +43,7 @@ describe("IDENT-2: an identity names fields of the tool's own input schema", () 
     expect(refusal(() => createOnceTools({ tools: { pay: listed }, effects: { pay: "keyed_write" }, identity: { pay: ["0"] }, ledger })).code).toBe("invalid_tool_definition");
   });
 
-  it("refuses an identity for a tool it does not wrap (a renamed tool would silently lose its identity)", () => {
+  it("AISDK-7 refuses an identity for a tool it does not wrap with invalid_argument (a renamed tool would silently lose its identity)", () => {
     const error = refusal(() => createOnceTools({ tools: { send_payment: zodPay }, effects: { send_payment: "keyed_write" }, identity: { sendPayment: ["payee"] } as never, ledger }));
     expect(error.code).toBe("invalid_argument");
     expect(error.message).toMatch(/options\.identity\.sendPayment/);
