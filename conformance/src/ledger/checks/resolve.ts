@@ -4,10 +4,10 @@
  * a ledger that declares `supports.resolve` (the subject's `resolve` capability, which
  * resolveSupportDeclared holds to the ledger's own flag).
  */
-import type { Ledger, LedgerEffect, Resolution, ResolveRequest } from "@dispatch-once/core";
+import { newClaimId, type Ledger, type LedgerEffect, type Resolution, type ResolveRequest } from "@dispatch-once/core";
 import { ConformanceFailure, must, mustEqual, mustRejectWith, show } from "../../failure.js";
 import type { LedgerFixture } from "../../types.js";
-import { claimNew, claimRequest, mustBeClaimed, mustBeExisting, requestFor, short, textDiff, withFixture } from "../support.js";
+import { claimNew, claimRequest, claimWithId, describeRow, mustBeClaimed, mustBeExisting, requestFor, short, textDiff, withFixture } from "../support.js";
 import { DECLINED, EFFECTS, type LedgerCheckSpec, TRICKY_RESULTS, finishAs, jsonTextOfBytes, lookupMust, OWNER_OPS, ownerOp, snapshot } from "./common.js";
 
 /** The ledger's resolve(), required: these checks run only where the subject declares it. */
@@ -265,6 +265,69 @@ export const resolveChecksInput: LedgerCheckSpec = {
     }),
 };
 
+export const resolveReleaseKeepsClaimId: LedgerCheckSpec = {
+  rule: "LEDGER-27",
+  name: "resolve not_performed of an expired in-flight row releases it under its claim id: a late copy of that claim is refused with stale_claim and changes nothing, another claim id or none re-claims at fence + 1; a row released from unknown, or resolved completed or failed, meets the old claim id as before",
+  needs: ["resolve"],
+  run: (ctx) =>
+    withFixture(ctx.subject, async (fixture) => {
+      const resolve = resolveOf(fixture.ledger);
+      for (const effect of EFFECTS) {
+        for (const taker of ["another claim id", "no claim id"] as const) {
+          const key = ctx.key(`in-flight-${effect}-${taker === "no claim id" ? "none" : "other"}`);
+          const id = newClaimId();
+          const dead = mustBeClaimed(await fixture.ledger.claim(claimWithId(key, "owner-dead", effect, id)), `the first claim, with a claim id (${effect})`);
+          await fixture.raw.expireLease(key);
+          const released = (await resolve(resolution(key, { outcome: "not_performed" }, { expectedFence: dead.fence }))) as { state?: unknown; fence?: unknown };
+          mustEqual(released.state, "released", `resolve not_performed of an expired in-flight ${effect} row: the returned state`);
+          const before = await snapshot(fixture, key);
+          const row = await lookupMust(fixture.ledger, key, `after the resolution (${effect})`);
+          // A late copy of the dead owner's claim: taking the row, it would hold it for nobody (and an
+          // unkeyed_write would read unknown after its lease, a false unknown).
+          const copy: unknown = await fixture.ledger.claim(claimWithId(key, "owner-dead", effect, id)).catch((error: unknown) => error);
+          if ((copy as { outcome?: unknown } | undefined)?.outcome === "claimed") {
+            throw new ConformanceFailure(
+              `a late copy of the claim an operator's resolution released (${effect}, released at fence ${row.fence}) was answered claimed with fence ${show((copy as { fence?: unknown }).fence)}: the released row must keep the claim id it was released under and refuse it with stale_claim (a claim nobody runs now holds the row)`,
+            );
+          }
+          await mustRejectWith(Promise.reject(copy), "stale_claim", `a late copy of the claim the resolution released (${effect})`);
+          mustEqual(await snapshot(fixture, key), before, `the released row after the late copy of its claim (${effect}; it must not change)`);
+          const next = mustBeClaimed(
+            await fixture.ledger.claim(claimWithId(key, "owner-rerun", effect, taker === "no claim id" ? undefined : newClaimId())),
+            `a claim with ${taker} after the resolution released the row (${effect})`,
+          );
+          mustEqual(next.fence, row.fence + 1, `the fence of the re-claim with ${taker} (${effect}; LEDGER-4: the released row's + 1)`);
+          mustEqual(next.takeover, false, `takeover of the re-claim with ${taker} (${effect})`);
+          mustEqual(next.request, requestFor("owner-dead"), `the re-claim's request (${effect}; the first claim's, LEDGER-21)`);
+          await fixture.ledger.complete(key, next.fence, '{"ok":true}');
+        }
+        // A row that turned unknown no longer recognises its claim id (LEDGER-26): released from there,
+        // the old id is an ordinary claim's.
+        const unknown = ctx.key(`unknown-${effect}`);
+        const lostId = newClaimId();
+        const lost = mustBeClaimed(await fixture.ledger.claim(claimWithId(unknown, "owner-lost", effect, lostId)), `the first claim of the row that turns unknown (${effect})`);
+        await fixture.ledger.markUnknown(unknown, lost.fence, "tool_error: socket hang up");
+        await resolve(resolution(unknown, { outcome: "not_performed" }));
+        const releasedFence = (await lookupMust(fixture.ledger, unknown, `after releasing the unknown row (${effect})`)).fence;
+        const reclaimed = mustBeClaimed(
+          await fixture.ledger.claim(claimWithId(unknown, "owner-lost", effect, lostId)),
+          `the old claim id on a row released from unknown (${effect}; LEDGER-26: an ordinary claim)`,
+        );
+        mustEqual(reclaimed.fence, releasedFence + 1, `the fence of the old claim id's re-claim of a row released from unknown (${effect})`);
+        // Resolved completed or failed: the old claim id meets the finished row.
+        for (const outcome of [{ outcome: "completed", result: '{"settled":"by ops"}' }, { outcome: "failed", error: DECLINED }] as Resolution[]) {
+          const key = ctx.key(`${outcome.outcome}-${effect}`);
+          const id = newClaimId();
+          mustBeClaimed(await fixture.ledger.claim(claimWithId(key, "owner-dead", effect, id)), `the first claim, with a claim id (${effect}, to resolve ${outcome.outcome})`);
+          await fixture.raw.expireLease(key);
+          await resolve(resolution(key, outcome));
+          const met = mustBeExisting(await fixture.ledger.claim(claimWithId(key, "owner-dead", effect, id)), `the old claim id after the row was resolved ${outcome.outcome} (${effect})`);
+          must(met.state === outcome.outcome, `the old claim id after the row was resolved ${outcome.outcome} (${effect}) must meet the ${outcome.outcome} row, got ${describeRow(met)}`);
+        }
+      }
+    }),
+};
+
 /** Every check of this file, in order. */
 export const RESOLVE_CHECKS: readonly LedgerCheckSpec[] = [
   resolveChecksInput,
@@ -273,6 +336,7 @@ export const RESOLVE_CHECKS: readonly LedgerCheckSpec[] = [
   resolveCompletedBytes,
   resolveFailedReplays,
   resolveNotPerformedReleases,
+  resolveReleaseKeepsClaimId,
   resolveOversizedRefused,
   resolveExpectedFence,
   resolveFencesFormerOwner,
