@@ -328,6 +328,10 @@ export class MemoryLedger implements Ledger {
         : resolution.outcome === "failed"
           ? { ...base, state: "failed" as const, error: structuredClone(resolution.error) }
           : { ...base, state: "released" as const };
+    // Releasing an in-flight row keeps its claim id, as the owner's release does: a late copy of the
+    // dead owner's claim is then refused, not handed the row an operator just settled (LEDGER-27).
+    // A row that turned unknown holds none (LEDGER-26).
+    if (written.state === "released" && row.state === "in_flight" && row.claimId !== undefined) (written as StoredRow).claimId = row.claimId;
     this.rows.set(key, written);
     this.audit(key, {
       at: now,
