@@ -263,8 +263,8 @@ interface Statements {
   auditForget: Database.Statement<[string]>;
   /** (after seq, up to seq) -> the audit entries of the rows sweepRange is about to delete */
   auditSweep: Database.Statement<[number, number]>;
-  /** (state, result, error, retentionMs, key, fence) -> the resolved row's times */
-  resolve: Database.Statement<[string, string | null, string | null, number, string, number], { finished_at: number }>;
+  /** (state, state, result, error, retentionMs, key, fence) -> the resolved row's times */
+  resolve: Database.Statement<[string, string, string | null, string | null, number, string, number], { finished_at: number }>;
 }
 
 /**
@@ -705,7 +705,7 @@ export class SqliteLedger implements Ledger {
         }
         const open = row.state === "unknown" || (row.state === "in_flight" && row.leaseExpiresAt <= now);
         if (!open) throw new ResolutionRefusedError(key, row.state);
-        const written = this.stmts.resolve.get(state, result, error, this.retentionMs, key, row.fence);
+        const written = this.stmts.resolve.get(state, state, result, error, this.retentionMs, key, row.fence);
         if (written === undefined) throw new Error("row changed while holding the write lock");
         const fence = row.fence + 1;
         this.stmts.auditInsert.run(key, request.actor, request.action ?? "resolved", row.state, state, fence, request.reason, resolution.outcome);
@@ -1082,8 +1082,11 @@ function prepare(db: SqliteDatabase, table: string, now: string): Statements {
     auditSweep: db.prepare(
       `DELETE FROM ${a} WHERE key IN (SELECT key FROM ${t} WHERE seq > ? AND seq <= ? AND state <> 'in_flight' AND expires_at <= ${now})`,
     ),
+    // A release of an in-flight row keeps its claim id, as the owner's release does (LEDGER-27); the
+    // CASE reads the row as it was before this UPDATE. Every other resolution clears it.
     resolve: db.prepare(
-      `UPDATE ${t} SET state = ?, fence = fence + 1, result = ?, error = ?, reason = NULL, ${finish} WHERE key = ? AND fence = ? RETURNING finished_at`,
+      `UPDATE ${t} SET claim_id = CASE WHEN ? = 'released' AND state = 'in_flight' THEN claim_id END, state = ?, fence = fence + 1, result = ?, error = ?, reason = NULL,
+         ${finish.replace("claim_id = NULL, ", "")} WHERE key = ? AND fence = ? RETURNING finished_at`,
     ),
   };
 }
