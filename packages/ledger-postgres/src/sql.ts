@@ -580,14 +580,17 @@ SELECT key, finished_at, owner, 'marked_unknown', 'in_flight', 'unknown', fence,
     // resolve($1 key, $2 state, $3 result, $4 error, $5 retention_ms, $6 expected fence or NULL,
     // $7 actor, $8 action, $9 reason, $10 outcome): the row locked, checked and written, and the
     // audit entry appended, in one statement (RESOLVE-2..RESOLVE-8). Returns the row as it was
-    // (for the refusal's reason) and, when written, the new row as JSON.
+    // (for the refusal's reason) and, when written, the new row as JSON. Releasing an in-flight row
+    // keeps its claim id, as the owner's release does (LEDGER-27): a late copy of that claim is then
+    // refused by the claim function; every other resolution clears it (an unknown row's is over, LEDGER-26).
     resolve: statement(
       "resolve",
       `WITH cur AS (
   SELECT key, v, state, fence, lease_expires_at, expires_at, ${NOW_MS} AS now_ms FROM ${t} WHERE key = $1 FOR UPDATE
 ), upd AS (
   UPDATE ${t} AS r SET state = $2, fence = r.fence + 1, result = $3, error = $4, reason = NULL, lease_expires_at = NULL,
-         claim_id = NULL, finished_at = cur.now_ms, expires_at = cur.now_ms + $5::bigint
+         claim_id = CASE WHEN $2::text = 'released' AND cur.state = 'in_flight' THEN r.claim_id END,
+         finished_at = cur.now_ms, expires_at = cur.now_ms + $5::bigint
     FROM cur
    WHERE r.key = cur.key AND cur.v = 1 AND ($6::bigint IS NULL OR cur.fence = $6::bigint)
      AND (cur.state = 'unknown' AND cur.expires_at > cur.now_ms OR cur.state = 'in_flight' AND cur.lease_expires_at <= cur.now_ms)
