@@ -249,6 +249,8 @@ function auditKeyOf(redisKey: string): string {
   return `${redisKey}:audit`;
 }
 
+// Resolve V8: a release of an in-flight row keeps its claim token (LEDGER-27); the other scripts
+// are unchanged and keep their V7 names.
 // V7: the claim that creates its row, the loser of a race and the caller's own finish run before
 // the scripts' rarely used functions are made, and a finish at fence 1 skips the audit trail's
 // PEXPIRE (there is none); rows, indexes and replies are unchanged.
@@ -266,7 +268,7 @@ const CLAIM_SHA = createHash("sha1").update(CLAIM_LUA).digest("hex");
 const FINISH_SHA = createHash("sha1").update(FINISH_LUA).digest("hex");
 const CMD_RENEW = "dispatchOnceLedgerRenewV7";
 const CMD_CANCEL = "dispatchOnceLedgerCancelV7";
-const CMD_RESOLVE = "dispatchOnceLedgerResolveV7";
+const CMD_RESOLVE = "dispatchOnceLedgerResolveV8";
 const CMD_RETIRE = "dispatchOnceLedgerRetireV7";
 const CMD_LIST = "dispatchOnceLedgerListExpiredV3";
 const CMD_LIST_ROWS = "dispatchOnceLedgerListRowsV1";

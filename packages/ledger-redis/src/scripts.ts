@@ -407,7 +407,7 @@ export const FINISH_GENERAL_LUA = `${CLOCK}${OWNED_READ}${FINISH_GENERAL}`;
  * resolve (RESOLVE-1..RESOLVE-8). ARGV: 1 expected fence or '', 2 new state (completed | failed |
  * released), 3 retentionMs, 4 body, 5 actor, 6 action, 7 reason, 8 outcome. Acts on an unknown
  * row, or an in-flight one whose lease ran out; bumps the fence, keeps the request, appends the
- * audit entry. Replies {'ok', row} | {'refused', state} | {'stale', fence} | {'corrupt', why}.
+ * audit entry; a release of an in-flight row keeps its claim token (LEDGER-27). Replies {'ok', row} | {'refused', state} | {'stale', fence} | {'corrupt', why}.
  */
 export const RESOLVE_LUA = `${PRELUDE}
 local old = redis.pcall('GET', key)
@@ -416,13 +416,13 @@ if not old then return {'refused', 'absent'} end
 local state, fence, claimedAt, nreq, rest, nl = header(old)
 if not state then return {'corrupt', fence} end
 if ARGV[1] ~= '' and fence ~= ARGV[1] then return {'stale', fence} end
-local effect, tool
+local effect, tool, claim
 if state == 'unknown' then
   local finishedAt
   finishedAt, effect, tool = finishedrest(rest)
   if not finishedAt then return {'corrupt', 'unreadable unknown header'} end
 elseif state == 'in_flight' then
-  local leaseAt, claim
+  local leaseAt
   leaseAt, claim, effect, tool = inflight(rest)
   if not leaseAt then return {'corrupt', 'unreadable in-flight header'} end
   if tonumber(leaseAt) > now then return {'refused', state} end
@@ -430,7 +430,11 @@ else
   return {'refused', state}
 end
 local nextFence = string.format('%d', tonumber(fence) + 1)
-local value = finished(ARGV[2], nextFence, claimedAt, nreq, effect, tool, request_of(old, nl, nreq), ARGV[4])
+-- Releasing an in-flight row keeps its claim token, as the owner's release does (LEDGER-27): a late
+-- copy of the dead owner's claim is then refused. An unknown row's claim is over (LEDGER-26).
+local kept = nil
+if ARGV[2] == 'released' and state == 'in_flight' then kept = claim end
+local value = finished(ARGV[2], nextFence, claimedAt, nreq, effect, tool, request_of(old, nl, nreq), ARGV[4], kept)
 audit_entry(ARGV[5], ARGV[6], state, ARGV[2], nextFence, ARGV[7], ARGV[8])
 store_finished(value, ARGV[3], state, ARGV[2], true)
 unindex()
