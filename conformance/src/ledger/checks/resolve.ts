@@ -301,19 +301,30 @@ export const resolveReleaseKeepsClaimId: LedgerCheckSpec = {
           mustEqual(next.request, requestFor("owner-dead"), `the re-claim's request (${effect}; the first claim's, LEDGER-21)`);
           await fixture.ledger.complete(key, next.fence, '{"ok":true}');
         }
-        // A row that turned unknown no longer recognises its claim id (LEDGER-26): released from there,
-        // the old id is an ordinary claim's.
-        const unknown = ctx.key(`unknown-${effect}`);
-        const lostId = newClaimId();
-        const lost = mustBeClaimed(await fixture.ledger.claim(claimWithId(unknown, "owner-lost", effect, lostId)), `the first claim of the row that turns unknown (${effect})`);
-        await fixture.ledger.markUnknown(unknown, lost.fence, "tool_error: socket hang up");
-        await resolve(resolution(unknown, { outcome: "not_performed" }));
-        const releasedFence = (await lookupMust(fixture.ledger, unknown, `after releasing the unknown row (${effect})`)).fence;
-        const reclaimed = mustBeClaimed(
-          await fixture.ledger.claim(claimWithId(unknown, "owner-lost", effect, lostId)),
-          `the old claim id on a row released from unknown (${effect}; LEDGER-26: an ordinary claim)`,
-        );
-        mustEqual(reclaimed.fence, releasedFence + 1, `the fence of the old claim id's re-claim of a row released from unknown (${effect})`);
+        // A row that turned unknown (its owner's markUnknown; for an unkeyed_write also another claim on
+        // the expired lease, LEDGER-7) no longer recognises its claim id (LEDGER-26): released from
+        // there, the old id is an ordinary claim's.
+        for (const how of effect === "unkeyed_write" ? (["markUnknown", "lease expiry"] as const) : (["markUnknown"] as const)) {
+          const unknown = ctx.key(`unknown-${effect}-${how === "markUnknown" ? "marked" : "expired"}`);
+          const lostId = newClaimId();
+          const lost = mustBeClaimed(await fixture.ledger.claim(claimWithId(unknown, "owner-lost", effect, lostId)), `the first claim of the row that turns unknown by ${how} (${effect})`);
+          if (how === "markUnknown") {
+            await fixture.ledger.markUnknown(unknown, lost.fence, "tool_error: socket hang up");
+          } else {
+            await fixture.raw.expireLease(unknown);
+            const met = mustBeExisting(await fixture.ledger.claim(claimWithId(unknown, "owner-b", effect, newClaimId())), `another claim on the expired lease (${effect})`);
+            mustEqual(met.state, "unknown", `another claim on the expired ${effect} lease turns the row unknown (LEDGER-7)`);
+          }
+          await resolve(resolution(unknown, { outcome: "not_performed" }));
+          const releasedFence = (await lookupMust(fixture.ledger, unknown, `after releasing the row unknown by ${how} (${effect})`)).fence;
+          const again: unknown = await fixture.ledger.claim(claimWithId(unknown, "owner-lost", effect, lostId)).catch((error: unknown) => error);
+          if ((again as { outcome?: unknown } | undefined)?.outcome !== "claimed") {
+            throw new ConformanceFailure(
+              `the old claim id on a row released from unknown (by ${how}, ${effect}) must be an ordinary claim (LEDGER-26) and re-claim it, got ${(again as { outcome?: unknown } | undefined)?.outcome === "existing" ? describeRow((again as { row: Record<string, unknown> }).row) : show((again as Error)?.message ?? again)}`,
+            );
+          }
+          mustEqual((again as { fence: number }).fence, releasedFence + 1, `the fence of the old claim id's re-claim of a row released from unknown (by ${how}, ${effect})`);
+        }
         // Resolved completed or failed: the old claim id meets the finished row.
         for (const outcome of [{ outcome: "completed", result: '{"settled":"by ops"}' }, { outcome: "failed", error: DECLINED }] as Resolution[]) {
           const key = ctx.key(`${outcome.outcome}-${effect}`);
