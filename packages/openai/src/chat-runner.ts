@@ -6,7 +6,6 @@ import {
   checkKnownOptions,
   checkOptionValues,
   checkRunnerOptions,
-  checkUserContent,
   errorsGivenBack,
   inStreamErrorBody,
   readStoredResult,
@@ -18,7 +17,7 @@ import {
   type TurnRunnerOptions,
 } from "@dispatch-once/runner";
 import { ChatCompletionsTurnAccumulator } from "./chat-accumulator.js";
-import { checkTools, isErrorOutput, parsedArguments } from "./openai-shared.js";
+import { checkContentParts, checkTools, isErrorOutput, parsedArguments } from "./openai-shared.js";
 
 type Chunk = OpenAI.Chat.Completions.ChatCompletionChunk;
 
@@ -176,16 +175,7 @@ class ChatCompletionsStream implements StreamProvider<ChatCompletionsTurnAccumul
   }
 
   checkContent(content: ChatUserContent): void {
-    checkUserContent(content);
-    // A Responses API part (input_text) or a Messages API block would be stored, then refused by the API on every attempt.
-    if (Array.isArray(content)) {
-      content.forEach((part, i) => {
-        const type = (part as { type: string }).type;
-        if (!USER_PART_TYPES.has(type)) {
-          throw new InvalidArgumentError(`message.content[${i}].type`, `must be a Chat Completions content part type (text, image_url, input_audio, file), got ${JSON.stringify(type)}`);
-        }
-      });
-    }
+    checkContentParts(content, (type) => USER_PART_TYPES.has(type), "a Chat Completions content part type (text, image_url, input_audio, file)");
   }
 
   userMessage(content: ChatUserContent): JsonValue {

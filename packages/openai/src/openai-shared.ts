@@ -1,4 +1,5 @@
 import { InvalidArgumentError, describeValue } from "@dispatch-once/core";
+import { checkUserContent } from "@dispatch-once/runner";
 
 // What both stream sides over the `openai` SDK (the Responses API's and Chat Completions') read and check alike.
 
@@ -42,5 +43,19 @@ export function checkTools(tools: unknown): void {
     if (typeof t !== "object" || t === null || typeof t.name !== "string" || t.name === "" || typeof t.input_schema !== "object" || t.input_schema === null) {
       throw new InvalidArgumentError(`options.tools[${i}]`, `must be a provider tool schema ({ name, input_schema }, from registry.providerSchemas()), got ${describeValue(tool)}`);
     }
+  });
+}
+
+/**
+ * A user message's content: the runner's checks, then each part's `type` against the API's own
+ * (`accepts`), which `expected` names. Another API's part (a Messages API block, a Responses
+ * `input_text` on Chat Completions) would be stored, then refused by the API on every attempt.
+ */
+export function checkContentParts(content: unknown, accepts: (type: string) => boolean, expected: string): void {
+  checkUserContent(content as Parameters<typeof checkUserContent>[0]);
+  if (!Array.isArray(content)) return;
+  content.forEach((part, i) => {
+    const type = (part as { type: string }).type;
+    if (!accepts(type)) throw new InvalidArgumentError(`message.content[${i}].type`, `must be ${expected}, got ${JSON.stringify(type)}`);
   });
 }

@@ -6,7 +6,6 @@ import {
   checkKnownOptions,
   checkOptionValues,
   checkRunnerOptions,
-  checkUserContent,
   readStoredResult,
   type CallAnswer,
   type CommitShape,
@@ -16,7 +15,7 @@ import {
   type TurnRunnerOptions,
 } from "@dispatch-once/runner";
 import { ResponsesTurnAccumulator } from "./accumulator.js";
-import { checkTools, isErrorOutput, parsedArguments } from "./openai-shared.js";
+import { checkContentParts, checkTools, isErrorOutput, parsedArguments } from "./openai-shared.js";
 
 type StreamEvent = OpenAI.Responses.ResponseStreamEvent;
 
@@ -196,17 +195,8 @@ class ResponsesStream implements StreamProvider<ResponsesTurnAccumulator, Stream
   }
 
   checkContent(content: UserContent): void {
-    checkUserContent(content);
-    // The Responses API's input parts are input_text, input_image, input_file, ...: a Messages API
-    // block ({ type: "text" }) would be stored, then refused by the API on every attempt.
-    if (Array.isArray(content)) {
-      content.forEach((part, i) => {
-        const type = (part as { type: string }).type;
-        if (!type.startsWith("input_")) {
-          throw new InvalidArgumentError(`message.content[${i}].type`, `must be a Responses API input part type (input_text, input_image, input_file, ...), got ${JSON.stringify(type)}`);
-        }
-      });
-    }
+    // The Responses API's input parts are input_text, input_image, input_file, ...
+    checkContentParts(content, (type) => type.startsWith("input_"), "a Responses API input part type (input_text, input_image, input_file, ...)");
   }
 
   userMessage(content: UserContent): JsonValue {
