@@ -241,12 +241,15 @@ describe("a reply that arrived while the process was stalled, on the operator's 
   });
 
   it("checkServer bounds each of its commands, not the whole check: the bound is commandTimeoutMs per command", async () => {
+    // Its own bound, wider than BOUND_MS: each command is answered 600 ms late, so five of them
+    // (PING, INFO, three CONFIG GETs) take at least 3,000 ms in all, past a 2,500 ms bound on the
+    // whole check however fast the host; each still has 1,900 ms to spare for a loaded host's
+    // latency (with 300 of 1,000 ms, CI's busiest minute once left one command over its bound).
+    const perCommandMs = 2_500;
     const p = await proxy();
-    const l = ledger({ url: p.url, commandTimeoutMs: BOUND_MS });
+    const l = ledger({ url: p.url, commandTimeoutMs: perCommandMs });
     await warmUp(l);
-    // Each command is answered 300 ms late: five of them (PING, INFO, three CONFIG GETs) take
-    // 1,500 ms in all, each well within its own 1,000 ms.
-    p.delayReplies(300);
+    p.delayReplies(600);
     const outcome = await l.checkServer().then(
       (result) => ({ result }),
       (error: unknown) => ({ error: String(error) }),
