@@ -1,7 +1,7 @@
 import { afterEach, describe, expect, it } from "vitest";
 import type { Fault as AnthropicFault, MockProvider } from "@dispatch-once/mock-provider";
 import { call, respond, scriptFromPlans, startMockOpenAI, type Fault as OpenAIFault, type MockOpenAI, type RequestInfo } from "@dispatch-once/mock-openai";
-import { Dispatcher, MemoryConversationStore, MemoryLedger, ToolRegistry, defineTool, type ConversationStore } from "@dispatch-once/core";
+import { Dispatcher, MemoryConversationStore, MemoryLedger, ToolRegistry, defineTool, type ConversationStore, type StoredError } from "@dispatch-once/core";
 import type { FailurePosition, RunnerEvent, SendResult } from "@dispatch-once/runner";
 import { z } from "zod";
 // The Anthropic side's own test fixtures: the same payments tool, plans and runner options.
@@ -59,6 +59,8 @@ type Scenario = {
   attempts?: number;
   /** Where every cut attempt failed (STREAM-2), on the Anthropic and Responses sides. */
   position: FailurePosition;
+  /** The request the fault is on: the payment's (default) or the answer's after its result. */
+  on?: "answer";
   /** The user's message (a plan of every mock); default "pay acme". */
   ask?: string;
   /** Payments in the effect log: once per ask, none when the payment never ran. */
@@ -99,6 +101,27 @@ const SCENARIOS: Scenario[] = [
     chat: { cutAfterPayment: "clean_close", position: CHAT_AFTER_PAYMENT },
   },
   {
+    name: "STREAM-1 a clean close while the payment runs",
+    fault: true,
+    anthropic: { kind: "clean_close", at: { afterToolUseStop: 0 } },
+    openai: { kind: "clean_close", at: { afterCallDone: 0 } },
+    paid: 1,
+    firstOnly: true,
+    position: "during_dispatch",
+    chat: { fault: { kind: "clean_close", at: { afterCallDone: 0 } }, position: "during_dispatch" },
+  },
+  {
+    name: "TURN-3 a reset in the answer after the payment's turn committed: only that turn is retried, the payment is not run again",
+    on: "answer",
+    fault: true,
+    anthropic: { kind: "reset", at: { beforeMessageStop: true } },
+    openai: { kind: "reset", at: { beforeCompleted: true } },
+    paid: 1,
+    firstOnly: true,
+    position: "before_any_call",
+    chat: { fault: { kind: "reset", at: { beforeCompleted: true } }, position: "before_any_call" },
+  },
+  {
     name: "STREAM-3 a reset while the arguments stream, every attempt",
     fault: true,
     anthropic: { kind: "reset", at: { toolUse: 0, afterFragment: 2 } },
@@ -129,6 +152,16 @@ const SCENARIOS: Scenario[] = [
     chat: { fault: { kind: "error_event", at: { afterCallDone: 0 } }, position: "during_dispatch" },
   },
   {
+    name: "STREAM-12 an error the provider sends in the stream while the arguments stream, every attempt",
+    fault: true,
+    anthropic: { kind: "error_event", at: { toolUse: 0, afterFragment: 2 } },
+    openai: { kind: "error_event", at: { call: 0, afterFragment: 2 } },
+    paid: 0,
+    firstOnly: false,
+    position: "arguments_streaming",
+    chat: { fault: { kind: "error_event", at: { call: 0, afterFragment: 2 } }, position: "arguments_streaming" },
+  },
+  {
     name: "STREAM-2 a 503 before the stream, every attempt",
     fault: true,
     anthropic: { kind: "status", status: 503 },
@@ -151,6 +184,18 @@ const SCENARIOS: Scenario[] = [
     chat: { fault: { kind: "reset", at: { call: 1, afterFragment: 1 } }, position: "during_dispatch" },
   },
 ];
+
+/**
+ * Why the last stream died, in provider-neutral words: the runner's `stream_incomplete` (its
+ * message names each provider's own finish event), an HTTP status (the error is the SDK's own: the
+ * Anthropic SDK names a 503 ServiceUnavailableError, the openai SDK's is an Error carrying the
+ * API's code; both messages open with the status), or a transport error (undici's "terminated").
+ */
+function why(error: StoredError): string {
+  if (error.code === "stream_incomplete") return "stream_incomplete";
+  const status = /^(\d{3}) /.exec(error.message)?.[1];
+  return status !== undefined ? `status ${status}` : `${error.name}: ${error.message}`;
+}
 
 /** What a user can observe of one send, in provider-neutral terms, over the calls of `tool`. */
 async function observe(
@@ -177,6 +222,7 @@ async function observe(
           position: record.position,
           attempts: record.attempts,
           retryable: record.retryable,
+          error: why(record.error),
           calls: record.calls.filter((c) => c.name === tool).map((c) => ({ attempt: c.attempt, status: c.status, effect: c.effect, replayed: c.replayed })),
           // What the user is told: per key, happened / may_have_happened / not_happened.
           effects: record.effects.map((e) => ({ name: e.name, effect: e.effect, payee: (e.input as { payee?: unknown } | undefined)?.payee })),
@@ -206,6 +252,7 @@ function startChatProvider(): Promise<MockOpenAI> {
       {
         "pay acme": respond(call("send_payment", PAY_ACME, { reword: ["memo"] }), call("get_balance", { currency: "EUR" })),
         "pay acme twice": respond(call("send_payment", PAY_ACME), call("send_payment", PAY_ACME)),
+        "pay acme alone": respond(call("send_payment", PAY_ACME, { reword: ["memo"] })),
       },
       { after: "Payment sent." },
     ),
@@ -271,6 +318,7 @@ afterEach(async () => {
   await anthropicMock?.close();
   await openaiMock?.close();
   await chatMock?.close();
+  anthropicMock = openaiMock = chatMock = undefined;
   await Promise.all(chatServers.splice(0).map((s) => s.close()));
   await closeAnthropicDownstreams();
   await closeDownstreams();
@@ -290,7 +338,7 @@ describe("parity: the Anthropic, OpenAI Responses and Chat Completions stream si
       anthropicMock.setFaultPlan((request, info) => {
         // The payment request ends with the user's text, not with tool results.
         const payment = typeof request.messages.at(-1)?.content === "string";
-        if (!payment || (scenario.firstOnly && info.attempt !== 1)) return undefined;
+        if (payment === (scenario.on === "answer") || (scenario.firstOnly && info.attempt !== 1)) return undefined;
         return "fault" in scenario ? scenario.anthropic : anthropicGate!.hold(info);
       });
       const a = await setupAnthropic(anthropicMock, { guarded: true, latencyMs: 100, runner: { retry, onEvent: anthropicLog.onEvent } });
@@ -306,7 +354,7 @@ describe("parity: the Anthropic, OpenAI Responses and Chat Completions stream si
       const openaiLog = new RunnerEventLog();
       const openaiGate = "cutAfterDispatch" in scenario ? cutAfterDispatch(openaiMock, openaiLog, scenario.cutAfterDispatch) : undefined;
       openaiMock.setFaultPlan((request, info) => {
-        if (!isPaymentRequest(request) || (scenario.firstOnly && info.attempt !== 1)) return undefined;
+        if (isPaymentRequest(request) === (scenario.on === "answer") || (scenario.firstOnly && info.attempt !== 1)) return undefined;
         return "fault" in scenario ? scenario.openai : openaiGate!.hold(info);
       });
       const o = await setupOpenAI(openaiMock, { guarded: true, latencyMs: 100, runner: { retry, onEvent: openaiLog.onEvent } });
@@ -326,7 +374,7 @@ describe("parity: the Anthropic, OpenAI Responses and Chat Completions stream si
       const chatCut = scenario.chat;
       const chatGate = "cutAfterPayment" in chatCut ? cutChatAfterPayment(chatMock, chatLog, chatCut.cutAfterPayment, gateFailures) : undefined;
       chatMock.setFaultPlan((request, info) => {
-        if (!isPaymentRequest(request) || (scenario.firstOnly && info.attempt !== 1)) return undefined;
+        if (isPaymentRequest(request) === (scenario.on === "answer") || (scenario.firstOnly && info.attempt !== 1)) return undefined;
         return "fault" in chatCut ? chatCut.fault : chatGate!(info);
       });
       const c = await setupChat(chatMock, { latencyMs: 100, runner: { retry, onEvent: chatLog.onEvent } });
@@ -356,8 +404,44 @@ describe("parity: the Anthropic, OpenAI Responses and Chat Completions stream si
       expect(anthropic.payments).toBe(scenario.paid);
       expect(anthropic.committedFromCutResponses).toEqual([]);
       expect(anthropic.finishedCallsCommitted).toBe(true);
-      if (scenario.firstOnly) expect(anthropic.outcome).toMatchObject({ answered: true, turns: [{ attempts: 2 }, { attempts: 1 }] });
+      if (scenario.firstOnly) expect(anthropic.outcome).toMatchObject({ answered: true, turns: scenario.on === "answer" ? [{ attempts: 1 }, { attempts: 2 }] : [{ attempts: 2 }, { attempts: 1 }] });
       else expect(anthropic.outcome).toMatchObject({ answered: false, record: { effects: scenario.paid === 0 ? [] : [{ name: "send_payment", effect: "happened", payee: "acme" }] } });
     });
   }
+});
+
+describe("parity: why the chat side needs a call after the payment (STREAM-20)", () => {
+  // The other sides' cut "after the payment ran, before the finish event" and "while the payment
+  // runs", placed on a chat response whose payment is its only call: the first falls before the
+  // payment is dispatched, the second after the response finished. Both are told the truth.
+  const lone = async (fault: OpenAIFault) => {
+    chatMock = await startChatProvider();
+    chatMock.setFaultPlan((request, info) => (isPaymentRequest(request) && info.attempt === 1 ? fault : undefined));
+    const log = new RunnerEventLog();
+    const c = await setupChat(chatMock, { latencyMs: 100, runner: { retry: { backoffMs: () => 1 }, onEvent: log.onEvent } });
+    chatServers.push(c.server);
+    const result = await c.runner.send("conv-parity-lone", { id: "m1", content: "pay acme alone" });
+    const of = (type: RunnerEvent["type"]) => log.events.filter((e) => e.type === type) as (RunnerEvent & { attempt: number; position?: string; replayed?: boolean })[];
+    return { result, effects: c.effects(), of };
+  };
+
+  it("STREAM-20 a cut where finish_reason goes finds the lone payment still open: not run in that attempt, paid once by the retry", async () => {
+    const { result, effects, of } = await lone({ kind: "reset", at: { beforeCompleted: true } });
+    expect(of("stream_failed").map((e) => [e.attempt, e.position])).toEqual([[1, "arguments_streaming"]]);
+    expect(of("call_abandoned").map((e) => e.attempt)).toEqual([1]);
+    // Resolved in attempt 2 only, not a replay: attempt 1 never ran it.
+    expect(of("call_resolved").map((e) => [e.attempt, e.replayed])).toEqual([[2, false]]);
+    expect(effects).toHaveLength(1);
+    expect(result.turns.map((t) => t.attempts)).toEqual([2, 1]);
+  });
+
+  it("STREAM-1 a cut right after the chunk that makes the lone payment final is after finish_reason: the turn stands, one attempt", async () => {
+    const { result, effects, of } = await lone({ kind: "reset", at: { afterCallDone: 0 } });
+    expect(of("stream_failed")).toEqual([]);
+    expect(effects).toHaveLength(1);
+    expect(result.turns.map((t) => [t.attempts, t.calls.length])).toEqual([
+      [1, 1],
+      [1, 0],
+    ]);
+  });
 });
