@@ -223,9 +223,10 @@ async function observe(
           attempts: record.attempts,
           retryable: record.retryable,
           error: why(record.error),
-          calls: record.calls.filter((c) => c.name === tool).map((c) => ({ attempt: c.attempt, status: c.status, effect: c.effect, replayed: c.replayed })),
-          // What the user is told: per key, happened / may_have_happened / not_happened.
-          effects: record.effects.map((e) => ({ name: e.name, effect: e.effect, payee: (e.input as { payee?: unknown } | undefined)?.payee })),
+          calls: record.calls.filter((c) => c.name === tool).map((c) => ({ attempt: c.attempt, status: c.status, effect: c.effect, replayed: c.replayed, summary: c.summary })),
+          // What the user is told: per key, happened / may_have_happened / not_happened, and which
+          // payment (the request that ran under the key: the first attempt's memo, IDENT-3).
+          effects: record.effects.map((e) => ({ name: e.name, effect: e.effect, input: e.input })),
         },
       };
     },
@@ -405,7 +406,7 @@ describe("parity: the Anthropic, OpenAI Responses and Chat Completions stream si
       expect(anthropic.committedFromCutResponses).toEqual([]);
       expect(anthropic.finishedCallsCommitted).toBe(true);
       if (scenario.firstOnly) expect(anthropic.outcome).toMatchObject({ answered: true, turns: scenario.on === "answer" ? [{ attempts: 1 }, { attempts: 2 }] : [{ attempts: 2 }, { attempts: 1 }] });
-      else expect(anthropic.outcome).toMatchObject({ answered: false, record: { effects: scenario.paid === 0 ? [] : [{ name: "send_payment", effect: "happened", payee: "acme" }] } });
+      else expect(anthropic.outcome).toMatchObject({ answered: false, record: { effects: scenario.paid === 0 ? [] : [{ name: "send_payment", effect: "happened", input: PAY_ACME }] } });
     });
   }
 });
