@@ -37,6 +37,10 @@ type Cut =
        * call resolved: after the dispatch by causal order, not by a sleep the payment may outlast.
        */
       cutAfterDispatch: "reset" | "clean_close";
+    }
+  | {
+      /** No stream is cut. */
+      noCut: true;
     };
 
 /**
@@ -50,7 +54,10 @@ type Cut =
  * `after_dispatch_before_stop` (STREAM-2's order: an open call ranks above resolved ones); that
  * the read was abandoned is asserted on its own.
  */
-type ChatCut = { position: FailurePosition } & ({ fault: OpenAIFault } | { cutAfterPayment: "reset" | "clean_close" });
+type ChatCut = { position: Position } & ({ fault: OpenAIFault } | { cutAfterPayment: "reset" | "clean_close" } | { noCut: true });
+
+/** Where every cut attempt failed (STREAM-2), or the record's position when no stream failed. */
+type Position = FailurePosition | "call_unresolved";
 
 type Scenario = {
   name: string;
@@ -58,7 +65,9 @@ type Scenario = {
   firstOnly: boolean;
   attempts?: number;
   /** Where every cut attempt failed (STREAM-2), on the Anthropic and Responses sides. */
-  position: FailurePosition;
+  position: Position;
+  /** The payments API performs the payment and its answer is lost on the way back (`drop_after_accept`). */
+  answerLost?: number;
   /** The request the fault is on: the payment's (default) or the answer's after its result. */
   on?: "answer";
   /** The user's message (a plan of every mock); default "pay acme". */
@@ -183,6 +192,28 @@ const SCENARIOS: Scenario[] = [
     position: "during_dispatch",
     chat: { fault: { kind: "reset", at: { call: 1, afterFragment: 1 } }, position: "during_dispatch" },
   },
+  {
+    // The payments API performed it; its answer was lost on the way back: the claim is released
+    // (a keyed write, LEDGER-8), the retried attempt runs it again under the same key, and the
+    // API's stored answer settles it.
+    name: "LEDGER-8 the payment's answer is lost once: the retried attempt's same key gets the API's stored answer",
+    noCut: true,
+    answerLost: 1,
+    paid: 1,
+    firstOnly: true,
+    position: "call_unresolved",
+    chat: { noCut: true, position: "call_unresolved" },
+  },
+  {
+    name: "RECORD-2 the payment's answer is lost in every attempt: the turn fails, the user is told it may have happened",
+    noCut: true,
+    answerLost: 2,
+    paid: 1,
+    firstOnly: false,
+    attempts: 2,
+    position: "call_unresolved",
+    chat: { noCut: true, position: "call_unresolved" },
+  },
 ];
 
 /**
@@ -202,7 +233,7 @@ async function observe(
   send: () => Promise<SendResult>,
   events: RunnerEvent[],
   effects: () => unknown[],
-  committed: { store: ConversationStore; conversationId: string; cutCallIds: () => string[]; finishedCallIds: () => string[] },
+  committed: { store: ConversationStore; conversationId: string; responses: () => { complete: boolean; callIds: string[] }[] },
   tool = "send_payment",
 ) {
   const outcome = await send().then(
@@ -238,10 +269,9 @@ async function observe(
     failures: events.filter((e) => e.type === "stream_failed").map((e) => ({ attempt: e.attempt, position: (e as { position: string }).position })),
     abandoned: events.filter((e) => e.type === "call_abandoned" && e.name === tool).length,
     discarded: events.filter((e) => e.type === "attempt_discarded").map((e) => (e as { reason: string }).reason),
-    // Nothing the stream did not establish is committed: no call of a cut response in the log,
-    // and every call of the response that finished in it.
-    committedFromCutResponses: committed.cutCallIds().filter((id) => log.includes(id)),
-    finishedCallsCommitted: committed.finishedCallIds().every((id) => log.includes(id)),
+    // The mock's responses that carried calls, in order: whether each finished, and whether its
+    // calls are in the committed log (nothing the stream did not establish is committed).
+    responses: committed.responses().map((r) => ({ complete: r.complete, committed: r.callIds.some((id) => log.includes(id)) })),
   };
 }
 
@@ -340,15 +370,16 @@ describe("parity: the Anthropic, OpenAI Responses and Chat Completions stream si
         // The payment request ends with the user's text, not with tool results.
         const payment = typeof request.messages.at(-1)?.content === "string";
         if (payment === (scenario.on === "answer") || (scenario.firstOnly && info.attempt !== 1)) return undefined;
+        if ("noCut" in scenario) return undefined;
         return "fault" in scenario ? scenario.anthropic : anthropicGate!.hold(info);
       });
       const a = await setupAnthropic(anthropicMock, { guarded: true, latencyMs: 100, runner: { retry, onEvent: anthropicLog.onEvent } });
+      if (scenario.answerLost !== undefined) a.server.injectFault({ outcome: "drop_after_accept" }, { times: scenario.answerLost });
       const am = anthropicMock;
       const anthropic = await observe(() => a.runner.send("conv-parity", ask), anthropicLog.events, a.effects, {
         store: a.store,
         conversationId: "conv-parity",
-        cutCallIds: () => am.requests.filter((r) => r.outcome !== "complete").flatMap((r) => r.toolUses.map((t) => t.id)),
-        finishedCallIds: () => am.requests.filter((r) => r.outcome === "complete").flatMap((r) => r.toolUses.map((t) => t.id)),
+        responses: () => am.requests.filter((r) => r.toolUses.length > 0).map((r) => ({ complete: r.outcome === "complete", callIds: r.toolUses.map((t) => t.id) })),
       });
 
       openaiMock = await startProvider();
@@ -356,17 +387,18 @@ describe("parity: the Anthropic, OpenAI Responses and Chat Completions stream si
       const openaiGate = "cutAfterDispatch" in scenario ? cutAfterDispatch(openaiMock, openaiLog, scenario.cutAfterDispatch) : undefined;
       openaiMock.setFaultPlan((request, info) => {
         if (isPaymentRequest(request) === (scenario.on === "answer") || (scenario.firstOnly && info.attempt !== 1)) return undefined;
+        if ("noCut" in scenario) return undefined;
         return "fault" in scenario ? scenario.openai : openaiGate!.hold(info);
       });
       const o = await setupOpenAI(openaiMock, { guarded: true, latencyMs: 100, runner: { retry, onEvent: openaiLog.onEvent } });
+      if (scenario.answerLost !== undefined) o.server.injectFault({ outcome: "drop_after_accept" }, { times: scenario.answerLost });
       const om = openaiMock;
-      const callIdsOf = (mock: MockOpenAI, complete: boolean) => () =>
-        mock.requests.filter((r) => (r.outcome === "complete") === complete).flatMap((r) => r.calls.map((c) => c.callId));
+      const responsesOf = (mock: MockOpenAI) => () =>
+        mock.requests.filter((r) => r.calls.length > 0).map((r) => ({ complete: r.outcome === "complete", callIds: r.calls.map((c) => c.callId) }));
       const openai = await observe(() => o.runner.send("conv-parity", ask), openaiLog.events, o.effects, {
         store: o.store,
         conversationId: "conv-parity",
-        cutCallIds: callIdsOf(om, false),
-        finishedCallIds: callIdsOf(om, true),
+        responses: responsesOf(om),
       });
 
       chatMock = await startChatProvider();
@@ -376,15 +408,16 @@ describe("parity: the Anthropic, OpenAI Responses and Chat Completions stream si
       const chatGate = "cutAfterPayment" in chatCut ? cutChatAfterPayment(chatMock, chatLog, chatCut.cutAfterPayment, gateFailures) : undefined;
       chatMock.setFaultPlan((request, info) => {
         if (isPaymentRequest(request) === (scenario.on === "answer") || (scenario.firstOnly && info.attempt !== 1)) return undefined;
+        if ("noCut" in chatCut) return undefined;
         return "fault" in chatCut ? chatCut.fault : chatGate!(info);
       });
       const c = await setupChat(chatMock, { latencyMs: 100, runner: { retry, onEvent: chatLog.onEvent } });
       chatServers.push(c.server);
+      if (scenario.answerLost !== undefined) c.server.injectFault({ outcome: "drop_after_accept" }, { times: scenario.answerLost });
       const chat = await observe(() => c.runner.send("conv-parity", ask), chatLog.events, c.effects, {
         store: c.store,
         conversationId: "conv-parity",
-        cutCallIds: callIdsOf(chatMock, false),
-        finishedCallIds: callIdsOf(chatMock, true),
+        responses: responsesOf(chatMock),
       });
       if (gateFailures.length > 0) throw new Error(`the chat side's cut gate did not see the payment resolve: ${gateFailures.join("; ")}`);
 
@@ -399,14 +432,19 @@ describe("parity: the Anthropic, OpenAI Responses and Chat Completions stream si
         expect(chatLog.events.filter((e) => e.type === "call_abandoned").map((e) => (e as { name: string }).name)).toEqual(chat.failures.map(() => "get_balance"));
       }
 
-      expect(anthropic.failures[0]).toMatchObject({ attempt: 1 });
+      if (!("noCut" in scenario)) expect(anthropic.failures[0]).toMatchObject({ attempt: 1 });
       for (const failure of anthropic.failures) expect(failure.position).toBe(scenario.position);
       // And all are what the rules say, not merely equal to each other.
       expect(anthropic.payments).toBe(scenario.paid);
-      expect(anthropic.committedFromCutResponses).toEqual([]);
-      expect(anthropic.finishedCallsCommitted).toBe(true);
+      // Only a finished response is committed (RECORD-3), and an answered turn commits one: the last.
+      expect(anthropic.responses.filter((r) => r.committed && !r.complete)).toEqual([]);
+      if (anthropic.outcome.answered) expect(anthropic.responses.map((r) => r.committed)).toEqual(anthropic.responses.map((_, i, all) => i === all.length - 1));
+      else expect(anthropic.responses.filter((r) => r.committed)).toEqual([]);
       if (scenario.firstOnly) expect(anthropic.outcome).toMatchObject({ answered: true, turns: scenario.on === "answer" ? [{ attempts: 1 }, { attempts: 2 }] : [{ attempts: 2 }, { attempts: 1 }] });
-      else expect(anthropic.outcome).toMatchObject({ answered: false, record: { effects: scenario.paid === 0 ? [] : [{ name: "send_payment", effect: "happened", input: PAY_ACME }] } });
+      else {
+        const told = scenario.paid === 0 ? [] : [{ name: "send_payment", effect: scenario.answerLost !== undefined ? "may_have_happened" : "happened", input: PAY_ACME }];
+        expect(anthropic.outcome).toMatchObject({ answered: false, record: { position: scenario.position, effects: told } });
+      }
     });
   }
 });
