@@ -89,6 +89,53 @@ def repeat_result(char, count, expect):
     return {"op": "complete", "key": "k1", "fence": 1, "resultRepeat": {"char": char, "count": count}, "expect": expect}
 
 
+# Operator resolution (RESOLVE-1 to RESOLVE-5, LEDGER-27): a resolve step sends {key, ...resolveRequest}.
+ACTOR, WHY = "ops@example.com", "checked the processor's dashboard"
+
+
+def resolve(outcome=None, key="k1", expect=None, expected_fence=None, resolution=None, result=None, error=None,
+            actor=ACTOR, reason=WHY, extra=None, result_repeat=None):
+    """resolve({key, resolution, actor, reason, expectedFence?}); `resolution` is sent as given when passed, else built
+    from `outcome` with `result` (completed) or `error` (failed); `extra` adds members as given."""
+    if resolution is None:
+        resolution = {"outcome": outcome}
+        if outcome == "completed" and result_repeat is None:
+            resolution["result"] = result if result is not None else PAY_RESULT
+        elif outcome == "failed":
+            resolution["error"] = error if error is not None else DECLINED
+    body = {"resolution": resolution, "actor": actor, "reason": reason}
+    if expected_fence is not None:
+        body["expectedFence"] = expected_fence
+    body.update(extra or {})
+    step = {"op": "resolve", "key": key, "resolveRequest": body}
+    if result_repeat is not None:
+        step["resultRepeat"] = {"char": result_repeat[0], "count": result_repeat[1]}
+    step["expect"] = expect
+    return step
+
+
+def resolved(state, fence, **fields):
+    return {"outcome": "resolved", "state": state, "fence": fence, **fields}
+
+
+def not_resolvable(state):
+    """resolution_refused (RESOLVE-2), carrying the key it was sent and the row's state ("absent": no row)."""
+    return {"error": "resolution_refused", "state": state}
+
+
+def bad_input(field):
+    return {"error": "invalid_ledger_input", "field": field}
+
+
+def former_owner_refused(key="k1", fence=1):
+    """RESOLVE-5: every write of the fence the resolution replaced is stale and changes nothing."""
+    return [op("complete", key=key, fence=fence, result='{"late":true}', expect=STALE),
+            op("fail", key=key, fence=fence, error=DECLINED, expect=STALE),
+            op("markUnknown", key=key, fence=fence, reason="tool_error", expect=STALE),
+            op("renew", key=key, fence=fence, leaseMs=30000, expect=STALE),
+            op("release", key=key, fence=fence, expect=STALE)]
+
+
 def ledger_cases() -> dict:
     cases = []
 
@@ -400,6 +447,116 @@ def ledger_cases() -> dict:
          lookup(state="in_flight", fence=1, owner="a"), claimed(1, claim_id=CID_A, returns=ra),
          retire(CID_D, key="k2", options={"release": "true"}, expect=INVALID), claimed(1, key="k2", claim_id=CID_D),
          retire(CID_A, options={}), refused("stale_claim", claim_id=CID_A))
+
+    # Operator resolution (§6.12): only for a ledger whose capabilities.supports.resolve is true.
+    lost = {"name": "ToolError", "message": "the processor has no record", "code": "not_found"}
+    case("RESOLVE-3", "an unknown row resolved completed: stored byte for byte with fence 2, the request kept; claims then get the stored result; a second resolution is refused",
+         claimed(1, returns=ra), op("markUnknown", reason="tool_error"),
+         resolve("completed", result=odd, expect=resolved("completed", 2, result=odd, request=ra)),
+         lookup(state="completed", fence=2, result=odd, request=ra),
+         existing("completed", 2, result=odd, returns=ra), existing("completed", 2, owner="a", claim_id=CID_B, result=odd),
+         resolve("completed", expect=not_resolvable("completed")), lookup(state="completed", fence=2, result=odd))
+    case("RESOLVE-3", "an unknown (lease_expired) unkeyed_write row resolved failed: the error stored and replayed identically with fence 2",
+         claimed(1, effect="unkeyed_write", returns=ra), hook("expire_lease"),
+         existing("unknown", 1, effect="unkeyed_write", reason="lease_expired"),
+         resolve("failed", error=lost, expect=resolved("failed", 2, error=lost, request=ra)),
+         lookup(state="failed", fence=2, error=lost, request=ra), existing("failed", 2, effect="unkeyed_write", error=lost, returns=ra))
+    case("RESOLVE-3", "an unknown row resolved not_performed is released with fence 2 and its request; the next claim wins with fence 3, not a takeover, and re-runs the stored request",
+         claimed(1, effect="unkeyed_write", returns=ra), op("markUnknown", reason="tool_error"),
+         resolve("not_performed", expect=resolved("released", 2, request=ra)), lookup(state="released", fence=2, request=ra),
+         claimed(3, owner="b", effect="unkeyed_write", claim_id=CID_B, returns=ra), lookup(state="in_flight", fence=3, owner="b", request=ra),
+         op("complete", fence=3, result=PAY_RESULT), lookup(state="completed", fence=3, result=PAY_RESULT, request=ra))
+    case("RESOLVE-5", "an in-flight row whose lease expired resolved completed gets fence 2; the former owner's complete, fail, markUnknown, renew and release are refused stale and change nothing; its claim id is then an ordinary claim's",
+         claimed(1, claim_id=CID_A, returns=ra), hook("expire_lease"),
+         resolve("completed", expect=resolved("completed", 2, result=PAY_RESULT, request=ra)),
+         *former_owner_refused(), lookup(state="completed", fence=2, result=PAY_RESULT, request=ra),
+         existing("completed", 2, owner="a", claim_id=CID_A, result=PAY_RESULT, returns=ra))
+    case("RESOLVE-5", "an in-flight unkeyed_write row whose lease expired resolved failed gets fence 2; the former owner's writes are refused stale; claims replay the failure",
+         claimed(1, effect="unkeyed_write", claim_id=CID_A, returns=ra), hook("expire_lease"),
+         resolve("failed", expect=resolved("failed", 2, error=DECLINED, request=ra)),
+         *former_owner_refused(), lookup(state="failed", fence=2, error=DECLINED),
+         existing("failed", 2, effect="unkeyed_write", claim_id=CID_A, error=DECLINED), existing("failed", 2, effect="unkeyed_write", error=DECLINED))
+    case("LEDGER-27", "an in-flight row whose lease expired resolved not_performed is released with fence 2, keeping its request and its claim id: the former owner's writes are stale, a late copy of its claim is refused stale_claim and changes nothing, a new claim id wins with fence 3 and the stored request, and the old one then meets its claim",
+         claimed(1, effect="unkeyed_write", claim_id=CID_A, returns=ra), hook("expire_lease"),
+         resolve("not_performed", expect=resolved("released", 2, request=ra)), *former_owner_refused(),
+         refused("stale_claim", effect="unkeyed_write", claim_id=CID_A), lookup(state="released", fence=2, request=ra),
+         refused("stale_claim", owner="z", claim_id=CID_A), lookup(state="released", fence=2),
+         claimed(3, owner="b", effect="unkeyed_write", claim_id=CID_B, returns=ra), existing("in_flight", 3, owner="a", claim_id=CID_A),
+         lookup(state="in_flight", fence=3, owner="b", request=ra))
+    case("LEDGER-27", "a keyed_write in-flight row whose lease expired resolved not_performed keeps its claim id too; a claim without a claim id re-claims it with fence 3 and the stored request",
+         claimed(1, claim_id=CID_A, returns=ra), hook("expire_lease"), resolve("not_performed", expect=resolved("released", 2, request=ra)),
+         refused("stale_claim", claim_id=CID_A), lookup(state="released", fence=2, request=ra),
+         claimed(3, owner="c", returns=ra), lookup(state="in_flight", fence=3, owner="c", request=ra))
+    case("LEDGER-27", "a row released from unknown holds no claim id: after resolve not_performed the claim id of the claim that turned unknown is an ordinary claim, fence 3, the stored request",
+         claimed(1, effect="unkeyed_write", claim_id=CID_A, returns=ra), hook("expire_lease"),
+         existing("unknown", 1, effect="unkeyed_write", reason="lease_expired"),
+         resolve("not_performed", expect=resolved("released", 2, request=ra)),
+         claimed(3, owner="a", effect="unkeyed_write", claim_id=CID_A, returns=ra), lookup(state="in_flight", fence=3, owner="a", request=ra))
+    case("RESOLVE-2", "a live in-flight row is refused (resolution_refused, state in_flight) for every outcome and changes nothing; its owner still completes it",
+         claimed(1, claim_id=CID_A, returns=ra), resolve("not_performed", expect=not_resolvable("in_flight")),
+         resolve("completed", expect=not_resolvable("in_flight")), resolve("failed", expect=not_resolvable("in_flight")),
+         lookup(state="in_flight", fence=1, owner="a", request=ra), claimed(1, claim_id=CID_A, returns=ra),
+         op("complete", result=PAY_RESULT), lookup(state="completed", fence=1, result=PAY_RESULT))
+    case("RESOLVE-2", "completed, failed and released rows are refused (resolution_refused with their state) and change nothing",
+         claimed(1), op("complete", result=PAY_RESULT), resolve("failed", expect=not_resolvable("completed")),
+         resolve("not_performed", expect=not_resolvable("completed")), lookup(state="completed", fence=1, result=PAY_RESULT),
+         claimed(1, key="k2"), op("fail", key="k2", error=DECLINED), resolve("completed", key="k2", expect=not_resolvable("failed")),
+         resolve("not_performed", key="k2", expect=not_resolvable("failed")), lookup(key="k2", state="failed", fence=1, error=DECLINED),
+         claimed(1, key="k3", returns=ra), op("release", key="k3"), resolve("completed", key="k3", expect=not_resolvable("released")),
+         resolve("not_performed", key="k3", expect=not_resolvable("released")), lookup(key="k3", state="released", fence=1, request=ra),
+         claimed(2, key="k3", owner="b", returns=ra))
+    case("RESOLVE-2", "a key without a row, or whose row is past its retention (LEDGER-19), is refused with resolution_refused, state absent, and no row is created",
+         resolve("not_performed", expect=not_resolvable("absent")), resolve("completed", expect=not_resolvable("absent")),
+         lookup(absent=True), claimed(1, owner="b", returns=rb),
+         claimed(1, key="k2"), op("markUnknown", key="k2", reason="tool_error"), hook("expire_retention", key="k2"),
+         resolve("failed", key="k2", expect=not_resolvable("absent")), lookup(key="k2", absent=True))
+    case("RESOLVE-4", "an expectedFence other than the row's is refused with stale_claim on every state, before the state rule (a live or finished row too), and changes nothing; an absent key stays resolution_refused",
+         claimed(1), op("markUnknown", reason="tool_error"), resolve("completed", expected_fence=2, expect=STALE),
+         lookup(state="unknown", fence=1, reason="tool_error"),
+         claimed(1, key="k2"), hook("expire_lease", key="k2"), resolve("not_performed", key="k2", expected_fence=2, expect=STALE),
+         lookup(key="k2", state="in_flight", fence=1, owner="a"),
+         claimed(1, key="k3"), resolve("failed", key="k3", expected_fence=2, expect=STALE), lookup(key="k3", state="in_flight", fence=1),
+         claimed(1, key="k4"), op("complete", key="k4", result=PAY_RESULT), resolve("failed", key="k4", expected_fence=3, expect=STALE),
+         claimed(1, key="k5"), op("fail", key="k5", error=DECLINED), resolve("completed", key="k5", expected_fence=2, expect=STALE),
+         claimed(1, key="k6"), op("release", key="k6"), resolve("not_performed", key="k6", expected_fence=2, expect=STALE),
+         lookup(key="k4", state="completed", fence=1), lookup(key="k5", state="failed", fence=1), lookup(key="k6", state="released", fence=1),
+         resolve("completed", key="k7", expected_fence=1, expect=not_resolvable("absent")), lookup(key="k7", absent=True))
+    case("RESOLVE-4", "after a takeover the fence the operator read is stale; the row's own fence resolves it, once",
+         claimed(1), hook("expire_lease"), claimed(2, takeover=True, owner="b", returns=ra), hook("expire_lease"),
+         resolve("not_performed", expected_fence=1, expect=STALE), lookup(state="in_flight", fence=2, owner="b"),
+         resolve("not_performed", expected_fence=2, expect=resolved("released", 3, request=ra)),
+         resolve("not_performed", expected_fence=2, expect=STALE), op("complete", fence=2, result=PAY_RESULT, expect=STALE),
+         lookup(state="released", fence=3, request=ra), claimed(4, owner="c", returns=ra))
+    case("RESOLVE-4", "with a matching expectedFence a live row is still refused by its state (resolution_refused), and an unknown row resolves",
+         claimed(1), resolve("completed", expected_fence=1, expect=not_resolvable("in_flight")),
+         op("markUnknown", reason="tool_error"), resolve("completed", expected_fence=1, expect=resolved("completed", 2, result=PAY_RESULT)),
+         resolve("completed", expected_fence=1, expect=STALE), resolve("completed", expected_fence=2, expect=not_resolvable("completed")))
+    case("RESOLVE-1", "malformed requests are refused with invalid_ledger_input naming the member (a resolution's own as resolution.<name>) and change nothing: empty actor or reason, an unknown member, a member its outcome does not have, a bad or missing outcome, a result that is not JSON text, an error that is not a stored error, a bad expectedFence",
+         claimed(1, returns=ra), op("markUnknown", reason="tool_error"),
+         resolve("not_performed", actor="", expect=bad_input("actor")), resolve("not_performed", reason="", expect=bad_input("reason")),
+         resolve("not_performed", extra={"expectedfence": 1}, expect=bad_input("expectedfence")),
+         resolve("not_performed", extra={"fence": 1}, expect=bad_input("fence")),
+         resolve(resolution={"outcome": "completed", "result": PAY_RESULT, "error": DECLINED}, expect=bad_input("resolution.error")),
+         resolve(resolution={"outcome": "not_performed", "result": PAY_RESULT}, expect=bad_input("resolution.result")),
+         resolve(resolution={"outcome": "failed", "error": DECLINED, "result": PAY_RESULT}, expect=bad_input("resolution.result")),
+         resolve(resolution={"outcome": "performed"}, expect=bad_input("resolution.outcome")),
+         resolve(resolution={"result": PAY_RESULT}, expect=bad_input("resolution.outcome")),
+         resolve(resolution={"outcome": "completed"}, expect=bad_input("resolution.result")),
+         resolve("completed", result="payment pay_8Kq2 succeeded", expect=bad_input("resolution.result")),
+         resolve(resolution={"outcome": "completed", "result": {"payment_id": "pay_8Kq2"}}, expect=bad_input("resolution.result")),
+         resolve("failed", error={"name": "ToolError"}, expect=bad_input("resolution.error")),
+         resolve(resolution={"outcome": "failed", "error": "card declined"}, expect=bad_input("resolution.error")),
+         resolve(resolution="not_performed", expect=bad_input("resolution")),
+         resolve("not_performed", expected_fence=0, expect=bad_input("expectedFence")),
+         resolve("not_performed", expected_fence="1", expect=bad_input("expectedFence")),
+         lookup(state="unknown", fence=1, reason="tool_error", request=ra),
+         resolve("not_performed", expected_fence=1, expect=resolved("released", 2, request=ra)))
+    case("RESOLVE-3", "a completed resolution over maxResultBytes is refused with result_not_storable and changes nothing; one of exactly maxResultBytes is stored",
+         claimed(1), op("markUnknown", reason="tool_error"),
+         resolve("completed", result_repeat=("x", 1048575), expect={"error": "result_not_storable"}),
+         resolve("completed", result_repeat=("\U0001f600", 262144), expect={"error": "result_not_storable"}),
+         lookup(state="unknown", fence=1, reason="tool_error"), existing("unknown", 1, reason="tool_error"),
+         resolve("completed", result_repeat=("x", 1048574), expect=resolved("completed", 2)), lookup(state="completed", fence=2))
     return {
         "description": (
             "Ledger cases (spec §6). Run each case on a fresh, empty ledger with maxResultBytes 1048576 and the "
@@ -416,6 +573,16 @@ def ledger_cases() -> dict:
             "with a retire step not applicable otherwise): call retire(key, claimId, options) with claimId and, when "
             "present, options sent as given (a key of \"\" is the empty string, not a label); expect {released:bool} or "
             "{error:<code>}. "
+            "resolve (RESOLVE-1 to RESOLVE-5, LEDGER-27; only for a ledger whose capabilities.supports.resolve is true: a "
+            "harness reports a case with a resolve step not applicable otherwise): call resolve with the object "
+            "{key, ...resolveRequest}, key being the step's key and every member of `resolveRequest` (resolution, actor, "
+            "reason, expectedFence, and any other) sent as given; with `resultRepeat` the request's resolution.result is "
+            "the repeated string described below for complete. Expect {outcome:'resolved', state, fence, ...}: the call "
+            "returned the row it wrote, compared as lookup's fields; or {error:<code>}, the call refused with that code "
+            "(resolution_refused, stale_claim, invalid_ledger_input, result_not_storable), and when present `state` MUST "
+            "equal the error's state (resolution_refused: the row's state, \"absent\" for no row; its key MUST be the key "
+            "sent) and `field` the error's field (invalid_ledger_input: the member refused, a resolution's own member as "
+            "resolution.<name>). "
             "complete with `resultRepeat: {char, count}` instead of `result` stores the JSON string '\"' + char "
             "repeated count times + '\"' (count + 2 characters; its UTF-8 size decides LEDGER-10). lookup: expect "
             "{absent:true} or the fields to compare (state, fence, and when present result, error, reason, owner, request). "

@@ -1,4 +1,4 @@
-"""Independent reference ledger (spec §6): the claim rule and the owner transitions, one key at a time.
+"""Independent reference ledger (spec §6): the claim rule, the owner transitions and the operator's resolve (§6.12), one key at a time.
 
 Python 3 standard library only; it shares no code with packages/core's MemoryLedger. The two
 are checked against each other through spec/vectors/ledger-transitions.json
@@ -9,6 +9,7 @@ Time is an injected clock in milliseconds, so the vectors' hooks can move it.
 from __future__ import annotations
 
 import copy
+import json
 import re
 
 __all__ = ["LedgerError", "ReferenceLedger", "CLAIM_ID_PATTERN", "DEFAULT_RETENTION_MS"]
@@ -20,11 +21,13 @@ EFFECTS = ("keyed_write", "unkeyed_write")
 
 
 class LedgerError(Exception):
-    """A refusal with its catalogue code: stale_claim, result_not_storable, invalid_ledger_input."""
+    """A refusal with its catalogue code: stale_claim, result_not_storable, invalid_ledger_input,
+    resolution_refused; `details` are the error's members (field, key, state)."""
 
-    def __init__(self, code: str, message: str):
+    def __init__(self, code: str, message: str, **details):
         super().__init__(f"{code}: {message}")
         self.code = code
+        self.details = details
 
 
 class ReferenceLedger:
@@ -37,6 +40,8 @@ class ReferenceLedger:
         self.rows: dict[str, dict] = {}
         # Retired claim ids per key, each with the time it may be forgotten (LEDGER-28); not rows.
         self.retired: dict[str, dict[str, int]] = {}
+        # Audit entries per key, oldest first (RESOLVE-7); dropped with the row.
+        self.audits: dict[str, list[dict]] = {}
 
     # ---------------------------------------------------------------- claim (LEDGER-1, -6, -7, -18, -21, -26)
 
@@ -53,6 +58,7 @@ class ReferenceLedger:
         if row is None:
             # Absent or past retention (LEDGER-19): a fresh row with the claimant's request; fences keep rising.
             old = self.rows.get(key)
+            self.audits.pop(key, None)
             return self._take(key, effect, owner, lease_ms, request, claim_id, (old["fence"] if old else 0) + 1, False, now)
         if row["state"] == "released":
             # A late copy of the claim this row was released under is refused (proposed LEDGER-27).
@@ -71,6 +77,7 @@ class ReferenceLedger:
         if row["effect"] == "keyed_write":
             return self._take(key, row["effect"], owner, lease_ms, row["request"], claim_id, row["fence"] + 1, True, now)
         self._finish(row, "unknown", now, reason="lease_expired")
+        self._audit(key, now, owner, "lease_expired", row["fence"], "lease_expired")
         return {"outcome": "existing", "row": self._visible(row)}
 
     # ---------------------------------------------------------------- owner transitions (LEDGER-3, -5, -8, -9, -10)
@@ -90,7 +97,10 @@ class ReferenceLedger:
         self._finish(self._owned(key, fence), "failed", self.now(), error=copy.deepcopy(error))
 
     def mark_unknown(self, key: str, fence: int, reason: str) -> None:
-        self._finish(self._owned(key, fence), "unknown", self.now(), reason=reason)
+        row = self._owned(key, fence)
+        owner, now = row["owner"], self.now()
+        self._finish(row, "unknown", now, reason=reason)
+        self._audit(key, now, owner, "marked_unknown", fence, reason)
 
     def release(self, key: str, fence: int) -> None:
         # The released row keeps its claim id (proposed LEDGER-27); every other finish drops it.
@@ -123,7 +133,48 @@ class ReferenceLedger:
         row["claim_id"] = claim_id
         return {"released": True}
 
+    # ---------------------------------------------------------------- operator resolution (RESOLVE-1 to RESOLVE-5)
+
+    def resolve(self, request) -> dict:
+        """resolve({key, resolution, actor, reason, expectedFence?, action?}), the request as given; returns the row written."""
+        _check_resolve_request(request)
+        key, resolution = request["key"], request["resolution"]
+        now = self.now()
+        row = self._live(key, now)
+        if row is None:
+            raise LedgerError("resolution_refused", f"{key}: no row", key=key, state="absent")
+        expected = request.get("expectedFence")
+        # RESOLVE-4 before RESOLVE-2: the operator decided on a view that is no longer current, whatever the state.
+        if expected is not None and row["fence"] != expected:
+            raise LedgerError("stale_claim", f"{key}: the row's fence is {row['fence']}, not {expected}")
+        if not (row["state"] == "unknown" or (row["state"] == "in_flight" and row["leaseExpiresAt"] <= now)):
+            raise LedgerError("resolution_refused", f"{key}: a {row['state']} row", key=key, state=row["state"])
+        outcome = resolution["outcome"]
+        if outcome == "completed" and len(resolution["result"].encode("utf-8")) > self.max_result_bytes:
+            raise LedgerError("result_not_storable", f"{key}: result over {self.max_result_bytes} bytes")  # RESOLVE-3, LEDGER-10
+        from_state, kept = row["state"], row.get("claim_id")
+        row.pop("reason", None)  # a settled row carries its outcome, not why it was unknown
+        if outcome == "completed":
+            self._finish(row, "completed", now, result=resolution["result"])
+        elif outcome == "failed":
+            self._finish(row, "failed", now, error=copy.deepcopy(resolution["error"]))
+        else:
+            # not_performed: released, the request kept (LEDGER-21); from in_flight the claim id too (LEDGER-27).
+            self._finish(row, "released", now)
+            if from_state == "in_flight" and kept is not None:
+                row["claim_id"] = kept
+        row["fence"] += 1  # RESOLVE-5: the former owner's late writes are stale
+        self.audits.setdefault(key, []).append({
+            "at": now, "actor": request["actor"], "action": request.get("action", "resolved"), "fromState": from_state,
+            "toState": row["state"], "fence": row["fence"], "reason": request["reason"], "outcome": outcome,
+        })
+        return self._visible(row)
+
     # ---------------------------------------------------------------- reads and retention (LEDGER-13, -17, -19)
+
+    def audit_trail(self, key: str) -> list[dict]:
+        """RESOLVE-7: the key's entries, oldest first."""
+        return copy.deepcopy(self.audits.get(key, []))
 
     def lookup(self, key: str) -> dict | None:
         row = self._live(key, self.now())
@@ -138,6 +189,7 @@ class ReferenceLedger:
         doomed = [k for k, row in self.rows.items() if self._retention_passed(row, now)]
         for k in doomed:
             del self.rows[k]
+            self.audits.pop(k, None)
         return len(doomed)
 
     # ---------------------------------------------------------------- internals
@@ -168,6 +220,71 @@ class ReferenceLedger:
             row.pop(gone, None)
         row.update(state=state, finishedAt=now, expires_at=now + self.retention_ms, **fields)
 
+    def _audit(self, key: str, now: int, actor: str, action: str, fence: int, reason: str) -> None:
+        # A transition into unknown (RESOLVE-7): fromState in_flight, toState unknown, no outcome.
+        self.audits.setdefault(key, []).append({
+            "at": now, "actor": actor, "action": action, "fromState": "in_flight", "toState": "unknown", "fence": fence, "reason": reason,
+        })
+
     @staticmethod
     def _visible(row: dict) -> dict:
         return {k: copy.deepcopy(v) for k, v in row.items() if k not in ("expires_at", "claim_id")}
+
+
+RESOLVE_MEMBERS = ("key", "resolution", "actor", "reason", "expectedFence", "action")
+# The members each outcome's resolution has (RESOLVE-1).
+RESOLUTION_MEMBERS = {"completed": ("outcome", "result"), "failed": ("outcome", "error"), "not_performed": ("outcome",)}
+
+
+def _invalid(field: str, message: str) -> LedgerError:
+    return LedgerError("invalid_ledger_input", f"{field}: {message}", field=field)
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _no_constant(name):
+    raise ValueError(name)
+
+
+def _check_resolve_request(request) -> None:
+    """RESOLVE-1: a refusal names the member (resolution's own members as resolution.<name>), changing nothing."""
+    if not isinstance(request, dict):
+        raise _invalid("request", "must be an object")
+    for member in request:
+        # A misspelt expectedFence read as absent would settle whatever claim holds the row (RESOLVE-4).
+        if member not in RESOLVE_MEMBERS:
+            raise _invalid(member, "is not a member of a resolve request")
+    if not isinstance(request.get("key"), str) or request["key"] == "":
+        raise _invalid("key", "must be a non-empty string")
+    for member in ("actor", "reason"):
+        if not isinstance(request.get(member), str) or request[member].strip() == "":
+            raise _invalid(member, "must be a non-empty string")
+    fence = request.get("expectedFence")
+    if fence is not None and (not _is_int(fence) or not 1 <= fence <= 2**53 - 1):
+        raise _invalid("expectedFence", "must be a positive integer")
+    if request.get("action", "resolved") not in ("resolved", "reconciled"):
+        raise _invalid("action", "must be resolved or reconciled")
+    resolution = request.get("resolution")
+    if not isinstance(resolution, dict):
+        raise _invalid("resolution", "must be an object")
+    outcome = resolution.get("outcome")
+    members = RESOLUTION_MEMBERS.get(outcome) if isinstance(outcome, str) else None
+    if members is None:
+        raise _invalid("resolution.outcome", "must be completed, failed or not_performed")
+    for member in resolution:
+        if member not in members:
+            raise _invalid(f"resolution.{member}", f"is not a member of a {outcome} resolution")
+    if outcome == "completed":
+        result = resolution.get("result")
+        try:
+            if not isinstance(result, str):
+                raise ValueError
+            json.loads(result, parse_constant=_no_constant)  # JSON text: NaN and Infinity are not JSON
+        except ValueError:
+            raise _invalid("resolution.result", "must be JSON text") from None
+    elif outcome == "failed":
+        error = resolution.get("error")
+        if not isinstance(error, dict) or not isinstance(error.get("name"), str) or not isinstance(error.get("message"), str):
+            raise _invalid("resolution.error", "must be a stored error {name, message}")

@@ -106,6 +106,22 @@ def run_ledger_case(case: dict) -> list[str]:
                 answer = got
             if answer != want:
                 problems.append(f"{where}: {answer} != {want}")
+        elif op == "resolve":
+            # RESOLVE-1 to RESOLVE-5: {key, ...resolveRequest} as given; resultRepeat makes resolution.result.
+            request = {"key": key, **json.loads(json.dumps(step["resolveRequest"]))}
+            rep = step.get("resultRepeat")
+            if rep:
+                request["resolution"]["result"] = f'"{rep["char"] * rep["count"]}"'
+            try:
+                got = {"outcome": "resolved", **ledger.resolve(request)}
+            except ledger_ref.LedgerError as e:
+                got = {"error": e.code, **{k: v for k, v in e.details.items() if k in ("state", "field")}}
+                if e.code == "resolution_refused" and e.details.get("key") != key:
+                    problems.append(f"{where}: resolution_refused carries key {e.details.get('key')!r}, not {key!r}")
+            if "outcome" in want and "outcome" in got:
+                compare(where, got, want)
+            elif "outcome" in want or "outcome" in got or {k: got.get(k) for k in want} != want:
+                problems.append(f"{where}: {got} != {want}")
         elif op == "expire_retired":
             # The end of the retention of every claim id retired for the key (LEDGER-28), on the one clock.
             until = max(ledger.retired.get(key, {}).values(), default=None)
