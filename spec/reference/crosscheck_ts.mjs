@@ -83,8 +83,9 @@ for (const v of load("rejections.json").vectors) {
 for (const c of load("ledger-transitions.json").cases) {
   let now = 1_000_000;
   const ledger = new MemoryLedger({ now: () => now });
-  // A case that calls retire (LEDGER-28) is not applicable to a ledger that does not offer it.
-  if (ledger.capabilities.supports?.retire !== true && c.steps.some((s) => s.op === "retire" || s.op === "expire_retired")) {
+  // A case that calls retire (LEDGER-28) or resolve (RESOLVE-1..5) is not applicable to a ledger that does not offer it.
+  const lacks = (op) => ledger.capabilities.supports?.[op] !== true;
+  if ((lacks("retire") && c.steps.some((s) => s.op === "retire" || s.op === "expire_retired")) || (lacks("resolve") && c.steps.some((s) => s.op === "resolve"))) {
     notApplicable.push(c.id);
     continue;
   }
@@ -157,6 +158,23 @@ for (const c of load("ledger-transitions.json").cases) {
         if (!same(r, step.expect)) problems.push(`${where}: ${JSON.stringify(r)}`);
         break;
       }
+      case "resolve": {
+        // {key, ...resolveRequest} as given; resultRepeat makes resolution.result.
+        const request = { key: step.key, ...structuredClone(step.resolveRequest) };
+        if (step.resultRepeat) request.resolution.result = `"${step.resultRepeat.char.repeat(step.resultRepeat.count)}"`;
+        let r;
+        try {
+          r = { outcome: "resolved", ...(await ledger.resolve(request)) };
+        } catch (e) {
+          r = { error: e.code ?? String(e), state: e.state, field: e.field };
+          if (e.code === "resolution_refused" && e.key !== step.key) problems.push(`${where}: resolution_refused carries key ${JSON.stringify(e.key)}`);
+        }
+        if (step.expect.outcome !== undefined && r.outcome !== undefined) compareRow(r, step.expect);
+        else if (step.expect.outcome !== undefined || r.outcome !== undefined || Object.entries(step.expect).some(([f, v]) => !same(r[f], v))) {
+          problems.push(`${where}: ${JSON.stringify(r)} != ${JSON.stringify(step.expect)}`);
+        }
+        break;
+      }
       case "expire_retired": {
         // One clock: the retention from the last retire has passed (retire's time plus the default retention).
         now = Math.max(now, (retiredAt.get(step.key) ?? now - 24 * 60 * 60 * 1000) + 24 * 60 * 60 * 1000);
@@ -195,6 +213,6 @@ for (const c of load("ledger-transitions.json").cases) {
 }
 
 for (const f of failures) console.log(`FAIL ${f}`);
-if (notApplicable.length > 0) console.log(`not applicable (the ledger does not offer retire): ${notApplicable.join(", ")}`);
+if (notApplicable.length > 0) console.log(`not applicable (the ledger does not offer retire or resolve): ${notApplicable.join(", ")}`);
 console.log(`${passed} passed, ${failures.length} failed`);
 process.exit(failures.length === 0 ? 0 : 1);

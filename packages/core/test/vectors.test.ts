@@ -153,8 +153,15 @@ describe("spec/vectors/ledger-transitions.json on the in-memory ledger", () => {
               });
             if (step.expect!.outcome === undefined) {
               // A refused claim: invalid_ledger_input for a malformed claim id, stale_claim for the
-              // claim id a released row was released under (proposed LEDGER-27).
-              expect(await settle(claim), where).toEqual(step.expect);
+              // claim id a released row was released under (LEDGER-27). Accepted, it shows what it took.
+              let got: Record<string, unknown>;
+              try {
+                const r = await claim();
+                got = r.outcome === "claimed" ? { outcome: "claimed", fence: r.fence } : { outcome: "existing", state: r.row.state, fence: r.row.fence };
+              } catch (error) {
+                got = { error: (error as { code?: string }).code ?? String(error) };
+              }
+              expect(got, where).toEqual(step.expect);
               break;
             }
             const result = await claim();
@@ -207,6 +214,25 @@ describe("spec/vectors/ledger-transitions.json on the in-memory ledger", () => {
               answer = { error: (error as { code?: string }).code ?? String(error) };
             }
             expect(answer, where).toEqual(step.expect);
+            break;
+          }
+          case "resolve": {
+            // RESOLVE-1..5: {key, ...resolveRequest} sent as given (malformed ones must be refused);
+            // resultRepeat makes resolution.result.
+            const request = { key, ...structuredClone(step.resolveRequest as Record<string, unknown>) } as Record<string, unknown> & { resolution: Record<string, unknown> };
+            const repeat = step.resultRepeat as { char: string; count: number } | undefined;
+            if (repeat) request.resolution.result = `"${repeat.char.repeat(repeat.count)}"`;
+            let answer: Record<string, unknown>;
+            try {
+              answer = { outcome: "resolved", ...(await ledger.resolve(request as never)) };
+            } catch (error) {
+              const e = error as { code?: string; state?: string; field?: string; key?: string };
+              answer = { error: e.code ?? String(error), ...(e.state === undefined ? {} : { state: e.state }), ...(e.field === undefined ? {} : { field: e.field }) };
+              // resolution_refused carries the key it was sent (RESOLVE-2).
+              if (e.code === "resolution_refused") expect(e.key, `${where}: the refusal's key`).toBe(key);
+            }
+            if (step.expect!.outcome === undefined) expect(answer, where).toEqual(step.expect);
+            else expect(answer, where).toMatchObject(step.expect!);
             break;
           }
           case "sweep":
