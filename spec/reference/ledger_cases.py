@@ -118,6 +118,18 @@ def resolved(state, fence, **fields):
     return {"outcome": "resolved", "state": state, "fence": fence, **fields}
 
 
+def audit_trail(*entries, key="k1"):
+    """auditTrail(key) (RESOLVE-7): the key's entries oldest first, `at` left out (compared as non-decreasing)."""
+    return {"op": "auditTrail", "key": key, "expect": {"entries": list(entries)}}
+
+
+def entry(actor, action, from_state, to_state, fence, reason, outcome=None):
+    e = {"actor": actor, "action": action, "fromState": from_state, "toState": to_state, "fence": fence, "reason": reason}
+    if outcome is not None:
+        e["outcome"] = outcome
+    return e
+
+
 def not_resolvable(state):
     """resolution_refused (RESOLVE-2), carrying the key it was sent and the row's state ("absent": no row)."""
     return {"error": "resolution_refused", "state": state}
@@ -557,6 +569,23 @@ def ledger_cases() -> dict:
          resolve("completed", result_repeat=("\U0001f600", 262144), expect={"error": "result_not_storable"}),
          lookup(state="unknown", fence=1, reason="tool_error"), existing("unknown", 1, reason="tool_error"),
          resolve("completed", result_repeat=("x", 1048574), expect=resolved("completed", 2)), lookup(state="completed", fence=2))
+    # RESOLVE-7: only for a ledger whose capabilities.supports.auditTrail is true as well.
+    marked = entry("a", "marked_unknown", "in_flight", "unknown", 1, "tool_error")
+    case("RESOLVE-7", "a resolution appends one audit entry (actor, action resolved, from and to state, the fence after, reason, outcome) after the marked_unknown entry; refused resolutions and later claims append none",
+         claimed(1, effect="unkeyed_write"), op("markUnknown", reason="tool_error"), audit_trail(marked),
+         resolve("not_performed", expected_fence=2, expect=STALE), resolve("not_performed", actor="", expect=bad_input("actor")),
+         resolve("not_performed", expected_fence=1, expect=resolved("released", 2)),
+         audit_trail(marked, entry(ACTOR, "resolved", "unknown", "released", 2, WHY, "not_performed")),
+         resolve("completed", expect=not_resolvable("released")), claimed(3, owner="b", effect="unkeyed_write"),
+         audit_trail(marked, entry(ACTOR, "resolved", "unknown", "released", 2, WHY, "not_performed")))
+    case("RESOLVE-7", "the claimant that turns an expired unkeyed_write claim unknown is audited (lease_expired), then its resolution; an expired in-flight row resolved is audited from in_flight; a live row refused, and a key never resolved, have no entries",
+         claimed(1, effect="unkeyed_write"), hook("expire_lease"), existing("unknown", 1, owner="c", effect="unkeyed_write", reason="lease_expired"),
+         resolve("failed", expect=resolved("failed", 2, error=DECLINED)),
+         audit_trail(entry("c", "lease_expired", "in_flight", "unknown", 1, "lease_expired"), entry(ACTOR, "resolved", "unknown", "failed", 2, WHY, "failed")),
+         claimed(1, key="k2"), hook("expire_lease", key="k2"), resolve("completed", key="k2", expect=resolved("completed", 2, result=PAY_RESULT)),
+         audit_trail(entry(ACTOR, "resolved", "in_flight", "completed", 2, WHY, "completed"), key="k2"),
+         claimed(1, key="k3"), resolve("not_performed", key="k3", expect=not_resolvable("in_flight")), audit_trail(key="k3"),
+         op("complete", key="k3", result=PAY_RESULT), audit_trail(key="k3"))
     return {
         "description": (
             "Ledger cases (spec §6). Run each case on a fresh, empty ledger with maxResultBytes 1048576 and the "
@@ -583,6 +612,10 @@ def ledger_cases() -> dict:
             "equal the error's state (resolution_refused: the row's state, \"absent\" for no row; its key MUST be the key "
             "sent) and `field` the error's field (invalid_ledger_input: the member refused, a resolution's own member as "
             "resolution.<name>). "
+            "auditTrail (RESOLVE-7; only for a ledger whose capabilities.supports.auditTrail is true, a case with an "
+            "auditTrail step not applicable otherwise): call auditTrail(key); expect {entries:[...]}: as many entries, in "
+            "order, each entry's members named in the expectation equal (`at` is not named: it MUST be a number, and "
+            "never smaller than the entry before). "
             "complete with `resultRepeat: {char, count}` instead of `result` stores the JSON string '\"' + char "
             "repeated count times + '\"' (count + 2 characters; its UTF-8 size decides LEDGER-10). lookup: expect "
             "{absent:true} or the fields to compare (state, fence, and when present result, error, reason, owner, request). "

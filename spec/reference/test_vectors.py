@@ -122,6 +122,15 @@ def run_ledger_case(case: dict) -> list[str]:
                 compare(where, got, want)
             elif "outcome" in want or "outcome" in got or {k: got.get(k) for k in want} != want:
                 problems.append(f"{where}: {got} != {want}")
+        elif op == "auditTrail":
+            entries = ledger.audit_trail(key)
+            wanted = want["entries"]
+            if len(entries) != len(wanted):
+                problems.append(f"{where}: {len(entries)} entries != {len(wanted)}: {entries}")
+            for n, (got_entry, want_entry) in enumerate(zip(entries, wanted)):
+                compare(f"{where} entry {n}", got_entry, want_entry)
+                if n > 0 and got_entry["at"] < entries[n - 1]["at"]:
+                    problems.append(f"{where} entry {n}: at {got_entry['at']} before the entry before")
         elif op == "expire_retired":
             # The end of the retention of every claim id retired for the key (LEDGER-28), on the one clock.
             until = max(ledger.retired.get(key, {}).values(), default=None)
