@@ -83,9 +83,9 @@ for (const v of load("rejections.json").vectors) {
 for (const c of load("ledger-transitions.json").cases) {
   let now = 1_000_000;
   const ledger = new MemoryLedger({ now: () => now });
-  // A case that calls retire (LEDGER-28) or resolve (RESOLVE-1..5) is not applicable to a ledger that does not offer it.
-  const lacks = (op) => ledger.capabilities.supports?.[op] !== true;
-  if ((lacks("retire") && c.steps.some((s) => s.op === "retire" || s.op === "expire_retired")) || (lacks("resolve") && c.steps.some((s) => s.op === "resolve"))) {
+  // A case that calls retire (LEDGER-28), resolve (RESOLVE-1..5) or auditTrail (RESOLVE-7) is not applicable to a ledger that does not offer it.
+  const lacks = (op) => ledger.capabilities.supports?.[op] !== true && c.steps.some((s) => s.op === op || (op === "retire" && s.op === "expire_retired"));
+  if (lacks("retire") || lacks("resolve") || lacks("auditTrail")) {
     notApplicable.push(c.id);
     continue;
   }
@@ -175,6 +175,17 @@ for (const c of load("ledger-transitions.json").cases) {
         }
         break;
       }
+      case "auditTrail": {
+        // RESOLVE-7: as many entries, in order, the named members equal, `at` never decreasing.
+        const entries = await ledger.auditTrail(step.key);
+        const want = step.expect.entries;
+        if (entries.length !== want.length) problems.push(`${where}: ${JSON.stringify(entries)}`);
+        for (const [n, entry] of entries.entries()) {
+          for (const [field, value] of Object.entries(want[n] ?? {})) if (!same(entry[field], value)) problems.push(`${where} entry ${n}: ${field} ${JSON.stringify(entry[field])}`);
+          if (typeof entry.at !== "number" || (n > 0 && entry.at < entries[n - 1].at)) problems.push(`${where} entry ${n}: at ${entry.at}`);
+        }
+        break;
+      }
       case "expire_retired": {
         // One clock: the retention from the last retire has passed (retire's time plus the default retention).
         now = Math.max(now, (retiredAt.get(step.key) ?? now - 24 * 60 * 60 * 1000) + 24 * 60 * 60 * 1000);
@@ -213,6 +224,6 @@ for (const c of load("ledger-transitions.json").cases) {
 }
 
 for (const f of failures) console.log(`FAIL ${f}`);
-if (notApplicable.length > 0) console.log(`not applicable (the ledger does not offer retire or resolve): ${notApplicable.join(", ")}`);
+if (notApplicable.length > 0) console.log(`not applicable (the ledger does not offer retire, resolve or auditTrail): ${notApplicable.join(", ")}`);
 console.log(`${passed} passed, ${failures.length} failed`);
 process.exit(failures.length === 0 ? 0 : 1);

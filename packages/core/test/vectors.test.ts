@@ -219,7 +219,7 @@ describe("spec/vectors/ledger-transitions.json on the in-memory ledger", () => {
           case "resolve": {
             // RESOLVE-1..5: {key, ...resolveRequest} sent as given (malformed ones must be refused);
             // resultRepeat makes resolution.result.
-            const request = { key, ...structuredClone(step.resolveRequest as Record<string, unknown>) } as Record<string, unknown> & { resolution: Record<string, unknown> };
+            const request = { key, ...structuredClone(step.resolveRequest as Record<string, unknown>) } as unknown as { key: string; resolution: Record<string, unknown> };
             const repeat = step.resultRepeat as { char: string; count: number } | undefined;
             if (repeat) request.resolution.result = `"${repeat.char.repeat(repeat.count)}"`;
             let answer: Record<string, unknown>;
@@ -233,6 +233,15 @@ describe("spec/vectors/ledger-transitions.json on the in-memory ledger", () => {
             }
             if (step.expect!.outcome === undefined) expect(answer, where).toEqual(step.expect);
             else expect(answer, where).toMatchObject(step.expect!);
+            break;
+          }
+          case "auditTrail": {
+            // RESOLVE-7: as many entries, in order, each with the members the vector names; `at` never decreasing.
+            const entries = await ledger.auditTrail(key);
+            const want = (step.expect as { entries: Record<string, unknown>[] }).entries;
+            expect(entries, where).toMatchObject(want);
+            expect(entries, where).toHaveLength(want.length);
+            for (const [n, entry] of entries.entries()) if (n > 0) expect(entry.at, `${where} entry ${n}: at`).toBeGreaterThanOrEqual(entries[n - 1]!.at);
             break;
           }
           case "sweep":
