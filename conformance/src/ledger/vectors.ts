@@ -8,7 +8,7 @@ import { rowEssence, textDiff } from "./support.js";
 
 /** One step of spec/vectors/ledger-transitions.json (see its `description`). */
 export interface VectorStep {
-  op: "claim" | "complete" | "fail" | "markUnknown" | "release" | "renew" | "retire" | "lookup" | "expire_lease" | "expire_retention" | "expire_retired" | "sweep";
+  op: "claim" | "complete" | "fail" | "markUnknown" | "release" | "renew" | "retire" | "resolve" | "auditTrail" | "lookup" | "expire_lease" | "expire_retention" | "expire_retired" | "sweep";
   key?: string;
   effect?: LedgerEffect;
   owner?: string;
@@ -19,8 +19,11 @@ export interface VectorStep {
   claimId?: string;
   /** retire's options (LEDGER-28), sent as given (a malformed one is expected to be refused). */
   options?: unknown;
+  /** resolve's request without its key (RESOLVE-1..5): every member sent as given, the step's key added. */
+  resolveRequest?: Record<string, unknown>;
   fence?: number;
   result?: string;
+  /** complete's result, or a resolve step's resolution.result: '"' + char repeated count times + '"'. */
   resultRepeat?: { char: string; count: number };
   error?: StoredError;
   reason?: string;
@@ -39,9 +42,16 @@ export interface VectorFile {
   cases: VectorCase[];
 }
 
-/** The subject capabilities a case needs: `retire` for a case with a retire step (LEDGER-28). */
+/**
+ * The subject capabilities a case needs: `retire` for a case with a retire step (LEDGER-28), `resolve`
+ * for one with a resolve step (RESOLVE-1..5), `auditTrail` for one with an auditTrail step (RESOLVE-7).
+ */
 export function vectorNeeds(vector: VectorCase): SubjectCapability[] {
-  return vector.steps.some((s) => s.op === "retire" || s.op === "expire_retired") ? ["retire"] : [];
+  const needs: SubjectCapability[] = [];
+  if (vector.steps.some((s) => s.op === "retire" || s.op === "expire_retired")) needs.push("retire");
+  if (vector.steps.some((s) => s.op === "resolve")) needs.push("resolve");
+  if (vector.steps.some((s) => s.op === "auditTrail")) needs.push("auditTrail");
+  return needs;
 }
 
 /** The vectors bundled at build time from spec/vectors/ledger-transitions.json. */
@@ -171,6 +181,30 @@ async function performStep(
         return { error: code };
       }
     }
+    case "resolve": {
+      if (typeof ledger.resolve !== "function") throw new TypeError("ledger vectors: a resolve step on a ledger without resolve");
+      const resolve = ledger.resolve.bind(ledger) as (request: unknown) => Promise<LedgerRow>;
+      // Sent as given (a malformed request is expected to be refused), the step's key added.
+      const request = { key, ...structuredClone(step.resolveRequest ?? {}) } as Record<string, unknown> & { resolution?: Record<string, unknown> };
+      if (step.resultRepeat !== undefined && typeof request.resolution === "object" && request.resolution !== null) request.resolution.result = resultText(step);
+      try {
+        return { outcome: "resolved", ...rowFields(await resolve(request)) };
+      } catch (error) {
+        const code = codeOf(error);
+        if (code === undefined) throw error;
+        const { state, field, key: named } = error as { state?: unknown; field?: unknown; key?: unknown };
+        const refusal: Record<string, unknown> = { error: code };
+        if (state !== undefined) refusal.state = state;
+        if (field !== undefined) refusal.field = field;
+        // resolution_refused carries the key it was sent (RESOLVE-2).
+        if (code === "resolution_refused" && named !== key) refusal.wrongKey = named;
+        return refusal;
+      }
+    }
+    case "auditTrail": {
+      if (typeof ledger.auditTrail !== "function") throw new TypeError("ledger vectors: an auditTrail step on a ledger without auditTrail");
+      return { entries: await ledger.auditTrail(key) };
+    }
     case "lookup": {
       const row = await ledger.lookup(key);
       return row === undefined ? { absent: true } : rowFields(row);
@@ -210,6 +244,15 @@ function rowFields(row: LedgerRow): Record<string, unknown> {
 function compare(step: VectorStep, expect: Record<string, unknown>, actual: Record<string, unknown> | undefined): string | undefined {
   if (actual === undefined) return `no observable result`;
   if (actual.threw !== undefined) return `threw ${String(actual.threw)}`;
+  if (actual.wrongKey !== undefined) return `${step.op} refused with ${show(actual.error)} naming key ${show(actual.wrongKey)}, not the key it was sent`;
+  // A claim or resolve the vector expects refused must not have taken or written the row, and one it
+  // expects to act must not be refused: said as such, not as a field that differs.
+  if ((step.op === "claim" || step.op === "resolve") && typeof expect.error === "string" && expect.outcome === undefined && actual.outcome !== undefined) {
+    return `${step.op} was accepted (${describeOutcome(actual)}), expected ${describeRefusal(expect)}`;
+  }
+  if ((step.op === "claim" || step.op === "resolve") && expect.outcome !== undefined && actual.outcome === undefined && typeof actual.error === "string") {
+    return `${step.op} was refused with ${describeRefusal(actual)}, expected ${describeOutcome(expect)}`;
+  }
   for (const [field, want] of Object.entries(expect)) {
     // LEDGER-19: once retention has passed a store MAY forget a row at any time (Redis expires it
     // itself), so sweep may count fewer rows than the vector names, never more. Whether the rows
@@ -219,6 +262,11 @@ function compare(step: VectorStep, expect: Record<string, unknown>, actual: Reco
       if (typeof removed !== "number" || !Number.isSafeInteger(removed) || removed < 0 || removed > want) {
         return `sweep reported ${show(removed)} removed, expected ${want} (or fewer, for rows the store already forgot)`;
       }
+      continue;
+    }
+    if (field === "entries" && step.op === "auditTrail") {
+      const problem = compareEntries(actual.entries, want as Record<string, unknown>[]);
+      if (problem !== undefined) return problem;
       continue;
     }
     if (field === "removedAtMost") {
@@ -244,6 +292,27 @@ function compare(step: VectorStep, expect: Record<string, unknown>, actual: Reco
   return undefined;
 }
 
+/** RESOLVE-7: as many entries, in order, each member the vector names equal; `at` a number, never decreasing. */
+function compareEntries(got: unknown, want: Record<string, unknown>[]): string | undefined {
+  if (!Array.isArray(got)) return `auditTrail returned ${show(got)}, not a list`;
+  const entries = got as Record<string, unknown>[];
+  for (const [n, expected] of want.entries()) {
+    const entry = entries[n];
+    if (entry === undefined) return `auditTrail has ${entries.length} entries, expected ${want.length}: no entry ${n + 1} (${describeEntry(expected)})`;
+    for (const [member, value] of Object.entries(expected)) {
+      if (!isDeepStrictEqual(entry[member], value)) return `auditTrail entry ${n + 1}: ${member} is ${show(entry[member])}, expected ${show(value)} (${describeEntry(entry)})`;
+    }
+    const before = entries[n - 1]?.at;
+    if (typeof entry.at !== "number" || (typeof before === "number" && entry.at < before)) return `auditTrail entry ${n + 1}: at is ${show(entry.at)}, not a time at or after the entry before's (${show(before)})`;
+  }
+  if (entries.length > want.length) return `auditTrail has ${entries.length} entries, expected ${want.length}: entry ${want.length + 1} is ${describeEntry(entries[want.length]!)}`;
+  return undefined;
+}
+
+function describeEntry(e: Record<string, unknown>): string {
+  return `${String(e.action)} by ${show(e.actor)} ${String(e.fromState)} -> ${String(e.toState)} fence=${String(e.fence)}${e.outcome === undefined ? "" : ` outcome ${String(e.outcome)}`}`;
+}
+
 function describeVectorStep(step: VectorStep): string {
   const key = step.key ?? "";
   switch (step.op) {
@@ -261,6 +330,14 @@ function describeVectorStep(step: VectorStep): string {
       return `renew ${key} fence=${step.fence}`;
     case "retire":
       return `retire ${key} claim id ${show(step.claimId)}${step.options === undefined ? "" : ` options ${show(step.options)}`}`;
+    case "resolve": {
+      const r = step.resolveRequest ?? {};
+      const outcome = (r.resolution as { outcome?: unknown } | undefined)?.outcome;
+      // The members a well-formed request always has are shown only when the step makes them odd.
+      const plain = (m: string) => (m === "actor" || m === "reason") && typeof r[m] === "string" && (r[m] as string).length > 0;
+      const others = Object.keys(r).filter((m) => m !== "resolution" && m !== "expectedFence" && !plain(m));
+      return `resolve ${key} ${show(outcome)}${r.expectedFence === undefined ? "" : ` expectedFence=${show(r.expectedFence)}`}${step.resultRepeat ? ` result "${step.resultRepeat.char}"×${step.resultRepeat.count}` : ""}${others.length === 0 ? "" : ` (${others.map((m) => `${m} ${show(r[m])}`).join(", ")})`}`;
+    }
     case "sweep":
       return "sweep";
     default:
@@ -268,13 +345,22 @@ function describeVectorStep(step: VectorStep): string {
   }
 }
 
+/** A refusal as the vectors name it: its code, quoted as elsewhere, and the state or member it carries. */
+function describeRefusal(o: Record<string, unknown>): string {
+  return `${show(o.error)}${o.state === undefined ? "" : ` (state ${show(o.state)})`}${o.field === undefined ? "" : ` (field ${show(o.field)})`}`;
+}
+
 function describeOutcome(o: Record<string, unknown> | undefined, withRequest = true): string {
   if (o === undefined) return "done";
   if (o.threw !== undefined) return `threw ${String(o.threw)}`;
   if (o.absent === true) return "no row";
   if (o.ok === true) return "ok";
-  if (o.error !== undefined && o.state === undefined) return String(o.error);
+  if (typeof o.error === "string" && o.outcome === undefined) {
+    // A refusal: its code, and the state or member it names (resolution_refused, invalid_ledger_input).
+    return `${o.error}${o.state === undefined ? "" : ` (state ${String(o.state)})`}${o.field === undefined ? "" : ` (field ${String(o.field)})`}`;
+  }
   if (o.removed !== undefined) return `removed ${String(o.removed)}`;
+  if (Array.isArray(o.entries)) return o.entries.length === 0 ? "no entries" : (o.entries as Record<string, unknown>[]).map(describeEntry).join("; ");
   if (o.released !== undefined) return `released ${String(o.released)}`;
   const bits: string[] = [];
   if (o.outcome !== undefined) bits.push(String(o.outcome));
