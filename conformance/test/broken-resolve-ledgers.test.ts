@@ -66,6 +66,21 @@ class RacyResolve extends MemoryLedger {
     return super.resolve(request);
   }
 }
+/** RESOLVE-1: white space taken for a name and a reason (a lenient trim-then-default). */
+class AcceptsBlankActor extends MemoryLedger {
+  override async resolve(request: ResolveRequest): Promise<ResolvedRow> {
+    const blank = (text: string) => text.length > 0 && text.trim().length === 0; // "" is still refused
+    return super.resolve({ ...request, ...(blank(request.actor) ? { actor: "unknown operator" } : {}), ...(blank(request.reason) ? { reason: "none given" } : {}) });
+  }
+}
+/** RESOLVE-1: a lenient parse that keeps the members it knows and drops the rest (a misspelt expectedFence settles any claim). */
+class DropsUnknownMembers extends MemoryLedger {
+  override async resolve(request: ResolveRequest): Promise<ResolvedRow> {
+    const { key, resolution, actor, reason, expectedFence, action } = request;
+    const outcome = resolution.outcome === "completed" ? { outcome: resolution.outcome, result: resolution.result } : resolution.outcome === "failed" ? { outcome: resolution.outcome, error: resolution.error } : { outcome: resolution.outcome };
+    return super.resolve({ key, resolution: outcome, actor, reason, ...(expectedFence !== undefined && expectedFence >= 1 ? { expectedFence } : {}), ...(action !== undefined ? { action } : {}) });
+  }
+}
 class NoAudit extends MemoryLedger {
   override async auditTrail(_key: string): Promise<AuditEntry[]> {
     return [];
@@ -121,6 +136,8 @@ const BROKEN: Array<{ bug: string; ledger: typeof MemoryLedger; rule: string; ch
   { bug: "reencodesResolvedResult", ledger: ReencodesResolvedResult, rule: "RESOLVE-3", check: /byte-for-byte/ },
   { bug: "racyResolve", ledger: RacyResolve, rule: "RESOLVE-8", check: /exactly one wins/ },
   { bug: "noAudit", ledger: NoAudit, rule: "RESOLVE-7", check: /appends an audit entry/ },
+  { bug: "acceptsBlankActor", ledger: AcceptsBlankActor, rule: "RESOLVE-1", check: /without actor or reason/ },
+  { bug: "dropsUnknownMembers", ledger: DropsUnknownMembers, rule: "RESOLVE-1", check: /a member it does not have/ },
   { bug: "listIgnoresState", ledger: ListIgnoresState, rule: "LIST-1", check: /every given filter/ },
   { bug: "listNewestFirst", ledger: ListNewestFirst, rule: "LIST-2", check: /oldest last transition first/ },
   { bug: "listRepeatsLastRow", ledger: ListRepeatsLastRow, rule: "LIST-5", check: /exactly once/ },

@@ -245,7 +245,7 @@ export const resolveOneWinner: LedgerCheckSpec = {
 
 export const resolveChecksInput: LedgerCheckSpec = {
   rule: "RESOLVE-1",
-  name: "resolve refuses a request without actor or reason, or with an unknown outcome, with invalid_ledger_input, and changes nothing",
+  name: "resolve refuses a request without actor or reason (empty or blank), with an expectedFence not from 1, an unknown action or outcome, or a member it does not have, with invalid_ledger_input, and changes nothing",
   needs: ["resolve"],
   run: (ctx) =>
     withFixture(ctx.subject, async (fixture) => {
@@ -257,6 +257,16 @@ export const resolveChecksInput: LedgerCheckSpec = {
         ["an empty reason", resolution(key, { outcome: "not_performed" }, { reason: "" })],
         ["an unknown outcome", resolution(key, { outcome: "maybe" } as unknown as Resolution)],
         ["a completed resolution without a result", resolution(key, { outcome: "completed" } as unknown as Resolution)],
+        // An audit must be able to read who resolved and why: white space names nobody.
+        ["a blank actor", resolution(key, { outcome: "not_performed" }, { actor: "   " })],
+        ["a blank reason", resolution(key, { outcome: "not_performed" }, { reason: "\t" })],
+        // Fences start at 1: an expectedFence of 0 can match no row, and read as absent would settle any.
+        ["an expectedFence of 0", resolution(key, { outcome: "not_performed" }, { expectedFence: 0 })],
+        ["an expectedFence that is not a number", resolution(key, { outcome: "not_performed" }, { expectedFence: "1" as unknown as number })],
+        ["an action but resolved or reconciled", resolution(key, { outcome: "not_performed" }, { action: "deleted" as unknown as "resolved" })],
+        // A misspelt expectedFence read as absent would settle whatever claim holds the row (RESOLVE-4).
+        ["a misspelt member (expectedfence)", { ...resolution(key, { outcome: "not_performed" }), expectedfence: 1 } as unknown as ResolveRequest],
+        ["a member its outcome does not have (not_performed with a result)", resolution(key, { outcome: "not_performed", result: "{}" } as unknown as Resolution)],
       ];
       for (const [what, request] of bad) {
         await mustRejectWith(resolveOf(fixture.ledger)(request), "invalid_ledger_input", `resolve with ${what}`);
