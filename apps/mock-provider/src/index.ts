@@ -18,11 +18,13 @@ export { parseFault, parseFaultRule, parseTiming, errorForStatus } from "./fault
 export { validateMessagesRequest, messagesRequestSchema } from "./request-schema.js";
 export type { MessagesRequest, MessageParam, ContentBlockParam, RequestValidation } from "./request-schema.js";
 export { renderTurn, serialiseArguments } from "./render.js";
+export { encodeEventStreamMessage, bedrockChunk, bedrockException } from "./eventstream.js";
 export { REDACTED_THINKING_TRIGGER, sealRedactedThinking, signThinking, thinkingEnabled } from "./thinking.js";
 export type { PingMode, RenderedResponse, RenderedToolUse, PlannedEvent, WhitespaceStyle } from "./render.js";
 export type {
   ApiErrorBody,
   AssistantTurn,
+  CloudApi,
   CutKind,
   Fault,
   FaultPlan,

@@ -4,6 +4,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import express, { type NextFunction, type Request, type RequestHandler, type Response } from "express";
 import { jsonBody } from "@dispatch-once/mock-http";
 import { MockProviderError } from "./errors.js";
+import { bedrockChunk, bedrockException, bedrockExceptionType } from "./eventstream.js";
 import { errorForStatus, parseFault, parseFaultRule, parseTiming, resolvePosition } from "./faults.js";
 import { redactedThinkingRequested, thinkingEnabled } from "./thinking.js";
 import { checkTurn, renderTurn, type PingMode, type PlannedEvent, type RenderedResponse } from "./render.js";
@@ -12,6 +13,7 @@ import { validateMessagesRequest, type MessagesRequest } from "./request-schema.
 import { defaultScript, forcedByToolChoice } from "./script.js";
 import type {
   ApiErrorBody,
+  CloudApi,
   CutKind,
   Fault,
   FaultPlan,
@@ -134,6 +136,13 @@ export interface MockProvider {
   readonly url: string;
   /** What to give the SDK: `new Anthropic({ baseURL: provider.baseURL, apiKey: "test" })`. */
   readonly baseURL: string;
+  /**
+   * What to give `@anthropic-ai/vertex-sdk`: `new AnthropicVertex({ baseURL: provider.vertexBaseURL, region, projectId, authClient })`
+   * (the SDK's default base URL ends in `/v1`, as this one does).
+   */
+  readonly vertexBaseURL: string;
+  /** What to give `@anthropic-ai/bedrock-sdk`: `new AnthropicBedrock({ baseURL: provider.bedrockBaseURL, awsRegion, awsAccessKey, awsSecretKey })`. */
+  readonly bedrockBaseURL: string;
   readonly port: number;
   /** The request log, oldest first (live array; do not mutate). */
   readonly requests: readonly RequestRecord[];
@@ -218,6 +227,50 @@ interface LiveHold extends HeldStream {
 type MessagesIncoming = IncomingMessage & { body?: unknown };
 
 /**
+ * The API a request came in through: the Messages API, or Claude on a cloud platform, whose
+ * request names the model and whether it streams in its path, carries `anthropic_version` in its
+ * body, and (Bedrock) streams in the AWS event-stream framing.
+ */
+type Route = { api: "messages" } | { api: Exclude<CloudApi, "messages">; model: string; stream: boolean };
+const MESSAGES_ROUTE: Route = { api: "messages" };
+
+/**
+ * Vertex AI: `POST {base}/projects/{project}/locations/{region}/publishers/anthropic/models/{model}:streamRawPredict`
+ * (`:rawPredict` without streaming). Amazon Bedrock: `POST /model/{modelId}/invoke-with-response-stream`
+ * (`/invoke` without). As `@anthropic-ai/vertex-sdk` 1.1.5 and `@anthropic-ai/bedrock-sdk` 1.1.4 rewrite `/v1/messages`.
+ */
+function cloudRoute(url: string): Route | undefined {
+  const path = url.split("?")[0]!;
+  const vertex = /\/projects\/[^/]+\/locations\/[^/]+\/publishers\/anthropic\/models\/([^/:]+):(streamRawPredict|rawPredict)$/.exec(path);
+  if (vertex) return { api: "vertex", model: decodeURIComponent(vertex[1]!), stream: vertex[2] === "streamRawPredict" };
+  const bedrock = /^\/model\/([^/]+)\/(invoke-with-response-stream|invoke)$/.exec(path);
+  if (bedrock) return { api: "bedrock", model: decodeURIComponent(bedrock[1]!), stream: bedrock[2] === "invoke-with-response-stream" };
+  return undefined;
+}
+
+/** Bedrock's error envelope: `{"message"}` and the exception's name in `x-amzn-ErrorType`, by status. */
+function bedrockErrorType(status: number): string {
+  switch (status) {
+    case 400:
+      return "ValidationException";
+    case 403:
+      return "AccessDeniedException";
+    case 404:
+      return "ResourceNotFoundException";
+    case 408:
+      return "ModelTimeoutException";
+    case 424:
+      return "ModelErrorException";
+    case 429:
+      return "ThrottlingException";
+    case 503:
+      return "ServiceUnavailableException";
+    default:
+      return status >= 500 ? "InternalServerException" : "ValidationException";
+  }
+}
+
+/**
  * The bytes express's `res.json` writes (status, then `Content-Type: application/json;
  * charset=utf-8` and `Content-Length` in that case and order, the text in UTF-8), written on a
  * plain response: the hot route answers without express, the same bytes either way.
@@ -256,6 +309,8 @@ function positionalFault(fault: Fault | undefined): Exclude<Extract<Fault, { at:
 class Provider implements MockProvider {
   url = "";
   baseURL = "";
+  vertexBaseURL = "";
+  bedrockBaseURL = "";
   port = 0;
   readonly requests: RequestRecord[] = [];
   private readonly emitter = new EventEmitter();
@@ -545,14 +600,16 @@ class Provider implements MockProvider {
    * ones, so are the bytes (a test compares both ways in byte for byte).
    */
   private serve(req: IncomingMessage, res: ServerResponse): void {
-    if (req.method !== "POST" || req.url !== "/v1/messages") {
+    const route = req.method !== "POST" ? undefined : req.url === "/v1/messages" ? MESSAGES_ROUTE : cloudRoute(req.url ?? "");
+    if (route === undefined) {
       this.app(req, res);
       return;
     }
+    const path = route.api === "messages" ? "/v1/messages" : req.url!.split("?")[0]!;
     // express's types, not its objects: the parser reads only node's request (as express.json does).
     this.bodyParser(req as Request, res as Response, (err?: unknown) => {
       if (err !== undefined) return this.answerError(err, res);
-      this.handleMessages(req, res, "/v1/messages").catch((e: unknown) => this.answerError(e, res));
+      this.handleMessages(req, res, path, route).catch((e: unknown) => this.answerError(e, res));
     });
   }
 
@@ -574,6 +631,8 @@ class Provider implements MockProvider {
     const shownHost = host.includes(":") ? `[${host}]` : host;
     this.url = `http://${shownHost}:${address.port}`;
     this.baseURL = this.url;
+    this.vertexBaseURL = `${this.url}/v1`;
+    this.bedrockBaseURL = this.url;
   }
 
   async close(): Promise<void> {
@@ -727,16 +786,25 @@ class Provider implements MockProvider {
     apiError(res, 500, { type: "api_error", message: `mock provider: ${String((err as Error)?.message ?? err)}` }, requestId, { "x-should-retry": "false" });
   }
 
-  private async handleMessages(req: MessagesIncoming, res: ServerResponse, path: string): Promise<void> {
+  private async handleMessages(req: MessagesIncoming, res: ServerResponse, path: string, route: Route = MESSAGES_ROUTE): Promise<void> {
     const headers = headerRecord(req);
     const receivedAt = Date.now();
     const body: unknown = req.body;
+    // A cloud platform's request names its model (and whether it streams) in its path and carries
+    // its API version in the body: the model sees the Messages request it stands for.
+    const cloudVersion = route.api !== "messages" && isPlainObject(body) ? body["anthropic_version"] : undefined;
+    let modelBody: unknown = body;
+    if (route.api !== "messages" && isPlainObject(body)) {
+      const { anthropic_version: _version, ...rest } = body;
+      modelBody = { ...rest, model: route.model, stream: route.stream };
+    }
     // Hashed for the attempt count, and its length is the input token estimate: serialised once.
-    let canonicalBody = canonicalBodyText(body);
+    let canonicalBody = canonicalBodyText(modelBody);
     let bodyHash = sha256Hex(canonicalBody);
     const requestNumber = ++this.requestCounter;
-    const stream = typeof body === "object" && body !== null && (body as { stream?: unknown }).stream === true;
+    const stream = route.api === "messages" ? typeof body === "object" && body !== null && (body as { stream?: unknown }).stream === true : route.stream;
     const record: RequestRecord = {
+      api: route.api,
       requestNumber,
       attempt: 0,
       bodyHash,
@@ -761,19 +829,40 @@ class Provider implements MockProvider {
 
     const reject = (status: number, type: string, message: string, outcome: RequestRecord["outcome"], extra: Record<string, string> = {}) => {
       record.error = message;
-      apiError(res, status, { type, message }, record.requestId, extra);
+      if (route.api === "bedrock") {
+        // Bedrock's envelope: the message alone, the exception's name in a header.
+        res.setHeader("x-amzn-requestid", record.requestId);
+        for (const [k, v] of Object.entries(extra)) res.setHeader(k, v);
+        res.setHeader("x-amzn-errortype", bedrockErrorType(status));
+        sendJson(res, status, { message });
+      } else {
+        apiError(res, status, { type, message }, record.requestId, extra);
+      }
       this.finish(record, outcome, status);
     };
 
-    const apiKey = headers["x-api-key"] ?? /^Bearer\s+(.+)$/i.exec(headers["authorization"] ?? "")?.[1];
-    if (!apiKey) return reject(401, "authentication_error", "x-api-key header is required", "invalid_request");
-    if (this.options.apiKey !== undefined && apiKey !== this.options.apiKey) {
-      return reject(401, "authentication_error", "invalid x-api-key", "invalid_request");
+    if (route.api === "messages") {
+      const apiKey = headers["x-api-key"] ?? /^Bearer\s+(.+)$/i.exec(headers["authorization"] ?? "")?.[1];
+      if (!apiKey) return reject(401, "authentication_error", "x-api-key header is required", "invalid_request");
+      if (this.options.apiKey !== undefined && apiKey !== this.options.apiKey) {
+        return reject(401, "authentication_error", "invalid x-api-key", "invalid_request");
+      }
+      if (!headers["anthropic-version"]) {
+        return reject(400, "invalid_request_error", "anthropic-version: header is required", "invalid_request");
+      }
+    } else {
+      // Vertex: a Google OAuth bearer token. Bedrock: a SigV4 signature (not verified here) or a Bedrock API key.
+      const authorization = headers["authorization"] ?? "";
+      const authorized = route.api === "vertex" ? /^Bearer\s+\S/i.test(authorization) : /^AWS4-HMAC-SHA256 Credential=\S/.test(authorization) || /^Bearer\s+\S/i.test(authorization);
+      if (!authorized) {
+        return route.api === "vertex"
+          ? reject(401, "authentication_error", "Request had invalid authentication credentials. Expected OAuth 2 access token.", "invalid_request")
+          : reject(403, "authentication_error", "Missing Authentication Token", "invalid_request");
+      }
+      if (typeof cloudVersion !== "string" || cloudVersion === "") {
+        return reject(400, "invalid_request_error", "anthropic_version: Field required", "invalid_request");
+      }
     }
-    if (!headers["anthropic-version"]) {
-      return reject(400, "invalid_request_error", "anthropic-version: header is required", "invalid_request");
-    }
-    let modelBody: unknown = body;
     let threaded: Extract<ThreadResolution, { ok: true }> | undefined;
     if (isPlainObject(body) && body["thread"] !== undefined) {
       const resolved = this.resolveThread(body, headers);
@@ -910,9 +999,9 @@ class Provider implements MockProvider {
     if (fault?.kind === "splice") {
       // The spliced events are already in the rendered body: it plays to the end, no cut.
       record.faultFired = true;
-      return this.respondStream(req, res, record, rendered, undefined, undefined, timing);
+      return this.respondStream(req, res, record, rendered, undefined, undefined, timing, route.api);
     }
-    return this.respondStream(req, res, record, rendered, fault, cutAt, timing);
+    return this.respondStream(req, res, record, rendered, fault, cutAt, timing, route.api);
   }
 
   private sleepUnlessGone(res: ServerResponse, ms: number): Promise<void> {
@@ -991,6 +1080,7 @@ class Provider implements MockProvider {
     fault: Fault | undefined,
     cutAt: number | undefined,
     timing: Timing,
+    api: CloudApi = "messages",
   ): Promise<void> {
     const started = record.receivedAt;
     const positional = positionalFault(fault);
@@ -1002,8 +1092,15 @@ class Provider implements MockProvider {
     };
 
     res.statusCode = 200;
-    res.setHeader("content-type", "text/event-stream; charset=utf-8");
-    res.setHeader("cache-control", "no-cache");
+    if (api === "bedrock") {
+      // InvokeModelWithResponseStream: the AWS event-stream framing, one `chunk` message per event.
+      res.setHeader("content-type", "application/vnd.amazon.eventstream");
+      res.setHeader("x-amzn-requestid", rendered.requestId);
+      res.setHeader("x-amzn-bedrock-content-type", "application/json");
+    } else {
+      res.setHeader("content-type", "text/event-stream; charset=utf-8");
+      res.setHeader("cache-control", "no-cache");
+    }
     res.setHeader("request-id", rendered.requestId);
     res.setHeader("anthropic-organization-id", ORGANIZATION_ID);
     res.setHeader("x-mock-request-number", String(record.requestNumber));
@@ -1032,7 +1129,7 @@ class Provider implements MockProvider {
         wakers.add(done);
       });
 
-    const writeRaw = (chunk: string) =>
+    const writeRaw = (chunk: string | Buffer) =>
       new Promise<void>((resolve) => {
         const done = () => {
           wakers.delete(done);
@@ -1048,6 +1145,7 @@ class Provider implements MockProvider {
     // it is flushed first.
     let batch: SentEvent[] = [];
     let batchText = "";
+    let batchBytes: Buffer[] = [];
     const write = (planned: PlannedEvent, index: number) => {
       const sent: SentEvent = {
         requestNumber: record.requestNumber,
@@ -1058,15 +1156,17 @@ class Provider implements MockProvider {
       };
       record.events.push(sent);
       batch.push(sent);
-      batchText += `event: ${planned.type}\ndata: ${JSON.stringify(planned.data)}\n\n`;
+      if (api === "bedrock") batchBytes.push(bedrockChunk(planned.data));
+      else batchText += `event: ${planned.type}\ndata: ${JSON.stringify(planned.data)}\n\n`;
     };
     const flush = async () => {
       if (batch.length === 0) return;
       const sent = batch;
-      const text = batchText;
+      const chunk = api === "bedrock" ? Buffer.concat(batchBytes) : batchText;
       batch = [];
       batchText = "";
-      await writeRaw(text);
+      batchBytes = [];
+      await writeRaw(chunk);
       for (const event of sent) this.emitter.emit("event", event, record);
     };
 
@@ -1079,7 +1179,8 @@ class Provider implements MockProvider {
         const sent: SentEvent = { requestNumber: record.requestNumber, index: record.events.length, type: "error", data: body, atMs: Date.now() - started };
         record.events.push(sent);
         this.finish(record, "error_event", 200);
-        res.end(`event: error\ndata: ${JSON.stringify(body)}\n\n`);
+        // Bedrock says a mid-stream error as an `exception` message of the event stream.
+        res.end(api === "bedrock" ? bedrockException(bedrockExceptionType(body.error.type), body.error.message) : `event: error\ndata: ${JSON.stringify(body)}\n\n`);
         this.emitter.emit("event", sent, record);
       } else if (kind === "clean_close") {
         this.finish(record, "clean_close", 200);

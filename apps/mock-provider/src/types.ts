@@ -194,7 +194,12 @@ export interface SentEvent {
   atMs: number;
 }
 
+/** The API a request came in through: the Messages API, Vertex AI's `:streamRawPredict`/`:rawPredict`, Bedrock's `invoke-with-response-stream`/`invoke`. */
+export type CloudApi = "messages" | "vertex" | "bedrock";
+
 export interface RequestRecord {
+  /** The API the request came in through (the same model, scripts and faults serve all three). */
+  api: CloudApi;
   requestNumber: number;
   attempt: number;
   bodyHash: string;
