@@ -46,7 +46,7 @@ export {
   type BoundedFetchOptions,
 } from "@dispatch-once/runner";
 export { type ProviderToolsPolicy } from "./provider-tools.js";
-export { ConversationRunner, type RunnerEvent, type ConversationRunnerOptions, type ConversationRunnerParams, type UserContent } from "./runner.js";
+export { ConversationRunner, type RunnerEvent, type ConversationRunnerOptions, type ConversationRunnerParams, type MessagesClient, type UserContent } from "./runner.js";
 export {
   createOnceToolRunner,
   rerunMessagesOf,

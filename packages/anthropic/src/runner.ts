@@ -50,12 +50,24 @@ type ListedEvent =
 const everyEventListed: [Exclude<RunnerEvent["type"], ListedEvent["type"]>] extends [never] ? true : false = true;
 void everyEventListed;
 
+/**
+ * What the runner needs of a client: the Messages API's `messages.create`. `Anthropic` has it, and
+ * so do the platforms' clients built on the same `@anthropic-ai/sdk` (`AnthropicBedrock` from
+ * `@anthropic-ai/bedrock-sdk`, `AnthropicVertex` from `@anthropic-ai/vertex-sdk`), which lack
+ * other resources of `Anthropic` (`models`, `files`, ...) the runner never uses.
+ */
+export interface MessagesClient {
+  messages: Pick<Anthropic["messages"], "create">;
+}
+
 export interface ConversationRunnerOptions extends TurnRunnerOptions {
   /**
-   * The `@anthropic-ai/sdk` client whose Messages API streams every attempt.
+   * The client whose Messages API streams every attempt: `new Anthropic()`, or Claude on a cloud
+   * platform through `new AnthropicBedrock()` or `new AnthropicVertex()` (their SDKs over the same
+   * `@anthropic-ai/sdk`).
    * @example new ConversationRunner({ client: new Anthropic(), dispatcher, store, model: "claude-sonnet-5-5", tools: registry.providerSchemas() })
    */
-  client: Anthropic;
+  client: MessagesClient;
   /**
    * The Messages API's `model`, sent with every request.
    * @example new ConversationRunner({ client, dispatcher, store, model: "claude-sonnet-5-5", tools: registry.providerSchemas() })
