@@ -1,0 +1,120 @@
+/**
+ * The Vertex AI and Amazon Bedrock routes over plain fetch: what the README's table says of each
+ * (auth, `anthropic_version`, error envelopes, the event-stream framing and its CRC32s), and that
+ * a Bedrock stream carries the same events as the Messages API's for the same request and seed.
+ * The SDK clients over these routes are tested in packages/anthropic (test/cloud-clients.test.ts).
+ */
+import { crc32 } from "node:zlib";
+import { afterEach, describe, expect, it } from "vitest";
+import { startMockProvider, type MockProvider } from "../src/index.js";
+
+const providers: MockProvider[] = [];
+afterEach(async () => {
+  await Promise.all(providers.splice(0).map((p) => p.close()));
+});
+async function start(seed = 7): Promise<MockProvider> {
+  const provider = await startMockProvider({ seed });
+  providers.push(provider);
+  return provider;
+}
+
+const messages = [{ role: "user", content: "call send_payment {\"to\":\"acme\",\"amount_cents\":1200}" }];
+const tools = [{ name: "send_payment", input_schema: { type: "object", properties: { to: { type: "string" }, amount_cents: { type: "integer" } } } }];
+const cloudBody = { anthropic_version: "2026-10-21", max_tokens: 200, messages, tools };
+const sigV4 = "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20261207/us-east-1/bedrock/aws4_request, SignedHeaders=host;x-amz-date, Signature=00";
+const vertexPath = (model: string, method: string) => `/projects/p/locations/us-east5/publishers/anthropic/models/${model}:${method}`;
+
+function post(url: string, body: unknown, headers: Record<string, string>, fault?: unknown): Promise<Response> {
+  return fetch(url, {
+    method: "POST",
+    headers: { "content-type": "application/json", ...headers, ...(fault !== undefined ? { "x-mock-fault": JSON.stringify(fault) } : {}) },
+    body: JSON.stringify(body),
+  });
+}
+
+/** The messages of an event stream, each checked against its two CRC32s as a decoder does. */
+function decodeEventStream(bytes: Buffer): { headers: Record<string, string>; payload: unknown }[] {
+  const out: { headers: Record<string, string>; payload: unknown }[] = [];
+  let at = 0;
+  while (at < bytes.length) {
+    const total = bytes.readUInt32BE(at);
+    const headersLength = bytes.readUInt32BE(at + 4);
+    expect(bytes.readUInt32BE(at + 8), `prelude CRC of the message at byte ${at}`).toBe(crc32(bytes.subarray(at, at + 8)));
+    expect(bytes.readUInt32BE(at + total - 4), `message CRC of the message at byte ${at}`).toBe(crc32(bytes.subarray(at, at + total - 4)));
+    const headers: Record<string, string> = {};
+    let h = at + 12;
+    while (h < at + 12 + headersLength) {
+      const nameLength = bytes.readUInt8(h);
+      const name = bytes.subarray(h + 1, h + 1 + nameLength).toString("utf8");
+      expect(bytes.readUInt8(h + 1 + nameLength)).toBe(7);
+      const valueLength = bytes.readUInt16BE(h + 2 + nameLength);
+      headers[name] = bytes.subarray(h + 4 + nameLength, h + 4 + nameLength + valueLength).toString("utf8");
+      h += 4 + nameLength + valueLength;
+    }
+    out.push({ headers, payload: JSON.parse(bytes.subarray(at + 12 + headersLength, at + total - 4).toString("utf8")) });
+    at += total;
+  }
+  return out;
+}
+
+describe("Amazon Bedrock route", () => {
+  it("streams each Messages event as an event-stream chunk (CRC32s right, base64 of the event's JSON): the same events as /v1/messages for the same request and seed", async () => {
+    const bedrock = await start();
+    const response = await post(`${bedrock.bedrockBaseURL}/model/claude-test/invoke-with-response-stream`, cloudBody, { authorization: sigV4 });
+    expect(response.status).toBe(200);
+    expect(response.headers.get("content-type")).toBe("application/vnd.amazon.eventstream");
+    const frames = decodeEventStream(Buffer.from(await response.arrayBuffer()));
+    expect(new Set(frames.map((f) => JSON.stringify(f.headers)))).toEqual(new Set([JSON.stringify({ ":event-type": "chunk", ":content-type": "application/json", ":message-type": "event" })]));
+    const events = frames.map((f) => JSON.parse(Buffer.from((f.payload as { bytes: string }).bytes, "base64").toString("utf8")) as { type: string });
+
+    const messagesApi = await start();
+    const sse = await post(`${messagesApi.baseURL}/v1/messages`, { model: "claude-test", max_tokens: 200, messages, tools, stream: true }, { "x-api-key": "k", "anthropic-version": "2023-06-01" });
+    const sseEvents = (await sse.text()).split("\n").filter((l) => l.startsWith("data: ")).map((l) => JSON.parse(l.slice(6)) as unknown);
+    expect(events).toEqual(sseEvents);
+    expect(events.at(-1)).toEqual({ type: "message_stop" });
+    expect(bedrock.requests[0]).toMatchObject({ api: "bedrock", path: "/model/claude-test/invoke-with-response-stream", stream: true, outcome: "complete" });
+  });
+
+  it("an error_event fault is an exception message named by the error's type (throttlingException), else modelStreamErrorException", async () => {
+    const provider = await start();
+    const url = `${provider.bedrockBaseURL}/model/claude-test/invoke-with-response-stream`;
+    for (const [error, type, message] of [
+      [{ type: "throttlingException", message: "Too many tokens" }, "throttlingException", "Too many tokens"],
+      [undefined, "modelStreamErrorException", "Overloaded"],
+    ] as const) {
+      const response = await post(url, cloudBody, { authorization: sigV4 }, { kind: "error_event", at: { beforeMessageStop: true }, ...(error ? { error } : {}) });
+      const last = decodeEventStream(Buffer.from(await response.arrayBuffer())).at(-1)!;
+      expect(last).toEqual({ headers: { ":exception-type": type, ":content-type": "application/json", ":message-type": "exception" }, payload: { message } });
+    }
+  });
+
+  it("answers /invoke with the whole message; refuses an unsigned request (403), a body without anthropic_version (400), and a status fault in Bedrock's envelope", async () => {
+    const provider = await start();
+    const url = `${provider.bedrockBaseURL}/model/claude-test/invoke`;
+    const whole = await post(url, cloudBody, { authorization: sigV4 });
+    expect(await whole.json()).toMatchObject({ type: "message", model: "claude-test", stop_reason: "tool_use" });
+    const unsigned = await post(url, cloudBody, {});
+    expect([unsigned.status, unsigned.headers.get("x-amzn-errortype"), await unsigned.json()]).toEqual([403, "AccessDeniedException", { message: "Missing Authentication Token" }]);
+    const { anthropic_version: _, ...unversioned } = cloudBody;
+    expect((await post(url, unversioned, { authorization: sigV4 })).status).toBe(400);
+    const throttled = await post(url, cloudBody, { authorization: sigV4 }, { kind: "status", status: 429 });
+    expect([throttled.status, throttled.headers.get("x-amzn-errortype"), await throttled.json()]).toEqual([429, "ThrottlingException", { message: "Number of request tokens has exceeded your per-minute rate limit" }]);
+  });
+});
+
+describe("Vertex AI route", () => {
+  it("streams the Messages API's SSE at :streamRawPredict, answers :rawPredict whole, and refuses a request without a bearer token (401) or anthropic_version (400)", async () => {
+    const provider = await start();
+    const auth = { authorization: "Bearer ya29.test" };
+    const streamed = await post(`${provider.vertexBaseURL}${vertexPath("claude-test%40v1", "streamRawPredict")}`, { ...cloudBody, stream: true }, auth);
+    expect(streamed.headers.get("content-type")).toBe("text/event-stream; charset=utf-8");
+    expect((await streamed.text()).trimEnd().endsWith('data: {"type":"message_stop"}')).toBe(true);
+    expect(provider.requests[0]).toMatchObject({ api: "vertex", stream: true, outcome: "complete", body: { anthropic_version: "2026-10-21" } });
+    expect(provider.requests[0]!.events[0]!.data).toMatchObject({ message: { model: "claude-test@v1" } });
+    const whole = await post(`${provider.vertexBaseURL}${vertexPath("claude-test", "rawPredict")}`, cloudBody, auth);
+    expect(await whole.json()).toMatchObject({ type: "message", stop_reason: "tool_use" });
+    expect((await post(`${provider.vertexBaseURL}${vertexPath("claude-test", "rawPredict")}`, cloudBody, {})).status).toBe(401);
+    const { anthropic_version: _, ...unversioned } = cloudBody;
+    expect((await post(`${provider.vertexBaseURL}${vertexPath("claude-test", "rawPredict")}`, unversioned, auth)).status).toBe(400);
+  });
+});
