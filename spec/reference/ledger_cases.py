@@ -586,6 +586,15 @@ def ledger_cases() -> dict:
          audit_trail(entry(ACTOR, "resolved", "in_flight", "completed", 2, WHY, "completed"), key="k2"),
          claimed(1, key="k3"), resolve("not_performed", key="k3", expect=not_resolvable("in_flight")), audit_trail(key="k3"),
          op("complete", key="k3", result=PAY_RESULT), audit_trail(key="k3"))
+    # RESOLVE-3: the request's own checks need no row, so they come first, as RESOLVE-1's do.
+    case("RESOLVE-3", "a completed resolution over maxResultBytes is refused with result_not_storable before any row is read: for an absent key, a completed row, a live in-flight row and a stale expectedFence alike",
+         resolve("completed", key="k9", result_repeat=("x", 1048575), expect={"error": "result_not_storable"}),
+         claimed(1), op("complete", result=PAY_RESULT),
+         resolve("completed", result_repeat=("x", 1048575), expect={"error": "result_not_storable"}),
+         claimed(1, key="k2"), resolve("completed", key="k2", result_repeat=("x", 1048575), expect={"error": "result_not_storable"}),
+         op("markUnknown", key="k2", reason="tool_error"),
+         resolve("completed", key="k2", expected_fence=5, result_repeat=("x", 1048575), expect={"error": "result_not_storable"}),
+         lookup(key="k2", state="unknown", fence=1, reason="tool_error"), lookup(key="k9", absent=True))
     return {
         "description": (
             "Ledger cases (spec §6). Run each case on a fresh, empty ledger with maxResultBytes 1048576 and the "

@@ -139,6 +139,10 @@ class ReferenceLedger:
         """resolve({key, resolution, actor, reason, expectedFence?, action?}), the request as given; returns the row written."""
         _check_resolve_request(request)
         key, resolution = request["key"], request["resolution"]
+        outcome = resolution["outcome"]
+        # RESOLVE-3, LEDGER-10: a result the ledger can never store is the request's fault, found without a row.
+        if outcome == "completed" and len(resolution["result"].encode("utf-8")) > self.max_result_bytes:
+            raise LedgerError("result_not_storable", f"{key}: result over {self.max_result_bytes} bytes")
         now = self.now()
         row = self._live(key, now)
         if row is None:
@@ -149,9 +153,6 @@ class ReferenceLedger:
             raise LedgerError("stale_claim", f"{key}: the row's fence is {row['fence']}, not {expected}")
         if not (row["state"] == "unknown" or (row["state"] == "in_flight" and row["leaseExpiresAt"] <= now)):
             raise LedgerError("resolution_refused", f"{key}: a {row['state']} row", key=key, state=row["state"])
-        outcome = resolution["outcome"]
-        if outcome == "completed" and len(resolution["result"].encode("utf-8")) > self.max_result_bytes:
-            raise LedgerError("result_not_storable", f"{key}: result over {self.max_result_bytes} bytes")  # RESOLVE-3, LEDGER-10
         from_state, kept = row["state"], row.get("claim_id")
         row.pop("reason", None)  # a settled row carries its outcome, not why it was unknown
         if outcome == "completed":

@@ -310,6 +310,9 @@ export class MemoryLedger implements Ledger {
   async resolve(request: ResolveRequest): Promise<ResolvedRow> {
     checkResolveRequest(request);
     const { key, resolution } = request;
+    // A result this ledger can never store is the request's fault, found without reading the row,
+    // as every adapter finds it (RESOLVE-3).
+    if (resolution.outcome === "completed") assertStorableResult(key, resolution.result, this.capabilities.maxResultBytes);
     const now = this.now();
     const row = this.rows.get(key);
     if (row === undefined || this.retentionPassed(row, now)) throw new ResolutionRefusedError(key, "absent");
@@ -318,7 +321,6 @@ export class MemoryLedger implements Ledger {
     }
     const open = row.state === "unknown" || (row.state === "in_flight" && row.leaseExpiresAt <= now);
     if (!open) throw new ResolutionRefusedError(key, row.state);
-    if (resolution.outcome === "completed") assertStorableResult(key, resolution.result, this.capabilities.maxResultBytes);
     // A new fence: the former owner's late complete/fail/markUnknown is refused as stale (RESOLVE-5).
     const fence = row.fence + 1;
     const base = { ...claimRow(row, fence), finishedAt: now, expiresAt: now + this.retentionMs };
