@@ -1,5 +1,7 @@
 import { afterEach, beforeEach, expect } from "vitest";
 import Anthropic from "@anthropic-ai/sdk";
+import { AnthropicBedrock } from "@anthropic-ai/bedrock-sdk";
+import { AnthropicVertex } from "@anthropic-ai/vertex-sdk";
 import {
   Dispatcher,
   MemoryConversationStore,
@@ -98,6 +100,77 @@ export function providerPerTest(): () => MockProvider {
   return () => {
     if (provider === undefined) throw new Error("the mock provider runs only within a test");
     return provider;
+  };
+}
+
+/** The cloud platforms whose SDK clients the tests drive against the mock provider's routes. */
+export type Platform = "bedrock" | "vertex";
+type VertexAuthClient = NonNullable<NonNullable<ConstructorParameters<typeof AnthropicVertex>[0]>["authClient"]>;
+
+/**
+ * The platform's client at the mock, with static credentials: no network call for a token.
+ * Vertex: an `authClient` whose headers carry a fixed bearer token (the `accessToken` option is
+ * kept by the 1.1.5 client but never sent: without `authClient` or `googleAuth` it asks Google's
+ * default credentials). Bedrock: static AWS keys, which the client signs every request with (SigV4).
+ * `maxRetries` is the SDK's default (2) unless given. Typed as the platform's own class, so a
+ * test that passes it on checks, at the type-check, that no cast is needed.
+ */
+export function cloudClient(platform: "bedrock", mock: MockProvider, maxRetries?: number, defaultHeaders?: Record<string, string>): AnthropicBedrock;
+export function cloudClient(platform: "vertex", mock: MockProvider, maxRetries?: number, defaultHeaders?: Record<string, string>): AnthropicVertex;
+export function cloudClient(platform: Platform, mock: MockProvider, maxRetries?: number, defaultHeaders?: Record<string, string>): AnthropicBedrock | AnthropicVertex;
+export function cloudClient(platform: Platform, mock: MockProvider, maxRetries = 2, defaultHeaders?: Record<string, string>): AnthropicBedrock | AnthropicVertex {
+  const headers = defaultHeaders !== undefined ? { defaultHeaders } : {};
+  if (platform === "bedrock") {
+    return new AnthropicBedrock({ baseURL: mock.bedrockBaseURL, awsRegion: "us-east-1", awsAccessKey: "AKIDEXAMPLE", awsSecretKey: "test-secret", maxRetries, ...headers });
+  }
+  const authClient = { projectId: "test-project", getRequestHeaders: async () => new Headers({ authorization: "Bearer test-token" }) } as unknown as VertexAuthClient;
+  return new AnthropicVertex({ baseURL: mock.vertexBaseURL, region: "us-east5", projectId: "test-project", authClient, maxRetries, ...headers });
+}
+
+/**
+ * A fetch for AnthropicBedrock that passes the event stream of the `nth` streamed response (default
+ * the first) through up to its `message_stop` message, lets half of that message's bytes through,
+ * and ends the body cleanly: an event stream truncated inside a message (other responses pass whole).
+ */
+export function truncatingFetch(nth = 1): typeof fetch {
+  let responses = 0;
+  return async (input, init) => {
+    const response = await fetch(input, init);
+    if (!response.body || !response.headers.get("content-type")?.includes("application/vnd.amazon.eventstream") || ++responses !== nth) return response;
+    const reader = response.body.getReader();
+    let buffered = new Uint8Array(0);
+    const eventType = (message: Uint8Array): string => {
+      const view = new DataView(message.buffer, message.byteOffset, message.byteLength);
+      const payload = Buffer.from(message.subarray(12 + view.getUint32(4), message.length - 4)).toString("utf8");
+      const { bytes } = JSON.parse(payload) as { bytes?: string };
+      return bytes === undefined ? "" : (JSON.parse(Buffer.from(bytes, "base64").toString("utf8")) as { type: string }).type;
+    };
+    const body = new ReadableStream<Uint8Array>({
+      async pull(controller) {
+        for (;;) {
+          while (buffered.length >= 4) {
+            const total = new DataView(buffered.buffer, buffered.byteOffset, buffered.byteLength).getUint32(0);
+            if (buffered.length < total) break;
+            const message = buffered.slice(0, total);
+            buffered = buffered.slice(total);
+            if (eventType(message) === "message_stop") {
+              controller.enqueue(message.slice(0, Math.floor(total / 2)));
+              controller.close();
+              await reader.cancel();
+              return;
+            }
+            controller.enqueue(message);
+          }
+          const { done, value } = await reader.read();
+          if (done) return controller.close();
+          const joined = new Uint8Array(buffered.length + value.length);
+          joined.set(buffered);
+          joined.set(value, buffered.length);
+          buffered = joined;
+        }
+      },
+    });
+    return new Response(body, { status: response.status, statusText: response.statusText, headers: response.headers });
   };
 }
 
