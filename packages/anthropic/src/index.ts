@@ -58,6 +58,7 @@ export {
   toolRunnerTurnIndexOf,
   type OnceToolRunnerOptions,
   type OnceToolRunnerTurn,
+  type ToolRunnerClient,
   type OnceToolCall,
   type DispatchOnceCallInfo,
   type OnceToolRunContext,

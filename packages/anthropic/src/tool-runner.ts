@@ -103,6 +103,17 @@ export interface OnceToolRunnerOptions {
   providerTools?: ProviderToolsPolicy;
 }
 
+/**
+ * What `once.toolRunner` needs of a client: the SDK's own tool runner,
+ * `client.beta.messages.toolRunner`. `new Anthropic()`, and Claude on a cloud platform through
+ * `new AnthropicBedrock()` (`@anthropic-ai/bedrock-sdk`) or `new AnthropicVertex()`
+ * (`@anthropic-ai/vertex-sdk`), which build the same Beta resource over `@anthropic-ai/sdk` but
+ * lack other resources of `Anthropic` (`models`, `files`, ...) the wrapper never uses.
+ */
+export interface ToolRunnerClient {
+  beta: { messages: Pick<Anthropic["beta"]["messages"], "toolRunner"> };
+}
+
 /** Which conversation a tool loop answers in. */
 export interface OnceToolRunnerTurn {
   /**
@@ -401,16 +412,18 @@ export class OnceToolRunner {
    * other entry (a server tool) is passed on as is, if `providerTools` allows it; `mcp_servers`
    * and `container` are refused (STREAM-19). Every run of the loop for one user message
    * gets the same keys; build a new runner for each re-run, with the same conversation id.
+   * `client` is any client with `beta.messages.toolRunner` (`ToolRunnerClient`): `new Anthropic()`,
+   * `new AnthropicBedrock()` or `new AnthropicVertex()`, passed as they are.
    */
   toolRunner<Stream extends boolean = false>(
-    client: Anthropic,
+    client: ToolRunnerClient,
     params: Omit<BetaToolRunnerParams, "tools"> & { tools?: BetaToolRunnerParams["tools"]; stream?: Stream },
     turn: OnceToolRunnerTurn,
     requestOptions?: BetaToolRunnerRequestOptions,
   ): BetaToolRunner<Stream> {
     // Read at the end, after the tools were wrapped: anything else failed with a bare TypeError.
     if (typeof (client as { beta?: { messages?: { toolRunner?: unknown } } } | undefined)?.beta?.messages?.toolRunner !== "function") {
-      throw new InvalidArgumentError("client", "must be an Anthropic client with client.beta.messages.toolRunner (new Anthropic(), @anthropic-ai/sdk >= 1.14)");
+      throw new InvalidArgumentError("client", "must be a client with client.beta.messages.toolRunner (new Anthropic(), new AnthropicBedrock() or new AnthropicVertex(), over @anthropic-ai/sdk >= 1.14)");
     }
     if (typeof params !== "object" || params === null) throw new InvalidArgumentError("params", "must be the tool runner's params");
     checkTurn(turn);
