@@ -51,10 +51,10 @@ async function app(platform: Platform, options: { client?: CloudClient } = {}) {
  * user's message when a request of it fails (at most `attempts` runs). For each failed run: its
  * error, and how many payments the effect log held when it failed.
  */
-async function answer(once: OnceToolRunner, client: CloudClient, effects: () => readonly unknown[], mode: ThreadMode, attempts = 3) {
+async function answer(once: OnceToolRunner, client: CloudClient, effects: () => readonly unknown[], mode: ThreadMode, options: { stream?: boolean } = {}) {
   const failures: { error: unknown; paid: number; messages: Message[] }[] = [];
-  for (let attempt = 1; attempt <= attempts; attempt++) {
-    const runner = once.toolRunner(client, { model: "claude-test", max_tokens: 1024, stream: true, ...mode[1], messages: [{ role: "user", content: "pay acme" }] }, { conversationId: "conv-cloud" });
+  for (let attempt = 1; attempt <= 3; attempt++) {
+    const runner = once.toolRunner(client, { model: "claude-test", max_tokens: 1024, stream: options.stream ?? true, ...mode[1], messages: [{ role: "user", content: "pay acme" }] }, { conversationId: "conv-cloud" });
     try {
       const message = await runner.runUntilDone();
       return { message, failures, messages: runner.params.messages, calls: [...once.callsOf(runner).values()], unanswered: await once.unansweredCallsOf(runner) };
@@ -76,12 +76,13 @@ function textOf(message: { content: readonly { type: string; text?: string }[] }
   return message.content.map((b) => (b.type === "text" ? b.text : "")).join("");
 }
 
-/** Every request went to the platform's route, never to /v1/messages. */
+/** Every request went to the platform's route (streamed or not, as it was sent), never to /v1/messages. */
 function expectPlatformRoutes(platform: Platform): void {
-  const route = platform === "bedrock" ? "/model/claude-test/invoke-with-response-stream" : "/v1/projects/test-project/locations/us-east5/publishers/anthropic/models/claude-test:streamRawPredict";
+  const routeOf = (stream: boolean) =>
+    platform === "bedrock" ? `/model/claude-test/${stream ? "invoke-with-response-stream" : "invoke"}` : `/v1/projects/test-project/locations/us-east5/publishers/anthropic/models/claude-test:${stream ? "streamRawPredict" : "rawPredict"}`;
   const paths = provider().requests.map((r) => [r.api, r.path]);
   expect(paths.length).toBeGreaterThan(0);
-  expect(paths).toEqual(paths.map(() => [platform, route]));
+  expect(paths).toEqual(provider().requests.map((r) => [platform, routeOf(r.stream)]));
 }
 
 /** The fault on the first run's request `n` only (request numbers count over the mock's lifetime). */
@@ -164,6 +165,18 @@ for (const platform of ["bedrock", "vertex"] as const) {
       expect(made).toHaveLength(1);
       expect(run.calls).toEqual([expect.objectContaining({ outcome: expect.objectContaining({ replayed: false, key: made[0]!.idempotencyKey }) })]);
       expectToldAgreesWithEffects(run.messages, textOf(run.message), made);
+    });
+
+    it(`ATR-1 on ${platform} without streaming (${platform === "bedrock" ? "/invoke" : ":rawPredict"}): a 503 on iteration 2's request, after the payment ran (the SDK's retries off), fails the run; the re-run pays nothing more and its answer names the payment`, async () => {
+      const { once, client, effects } = await app(platform);
+      faultOnRequest(2, { kind: "status", status: 503 });
+      const run = await answer(once, client, effects, DEFAULT_MODE, { stream: false });
+      const failure = onlyFailure(run);
+      expect(failure.error).toBeInstanceOf(APIError);
+      expect(failure.error).toMatchObject({ status: 503 });
+      expect(failure.paid).toBe(1);
+      expect(provider().requests.map((r) => r.stream)).toEqual(provider().requests.map(() => false));
+      expectReplayedOnce(run, effects());
     });
 
     const streamError = platform === "bedrock" ? { type: "modelStreamErrorException", message: "Overloaded" } : { type: "overloaded_error", message: "Overloaded" };
