@@ -48,7 +48,7 @@ async function app(platform: Platform, options: { client?: CloudClient } = {}) {
 
 /**
  * README's `answer`: the SDK's runner over the platform's client, the whole loop run again from the
- * user's message when a request of it fails (at most `attempts` runs). For each failed run: its
+ * user's message when a request of it fails (at most 3 runs). For each failed run: its
  * error, and how many payments the effect log held when it failed.
  */
 async function answer(once: OnceToolRunner, client: CloudClient, effects: () => readonly unknown[], mode: ThreadMode, options: { stream?: boolean } = {}) {
@@ -114,7 +114,8 @@ for (const platform of ["bedrock", "vertex"] as const) {
     });
 
     for (const mode of THREAD_MODES) {
-      it(`ATR-1 on ${platform}, ${mode[0]}: the incident: iteration 2's stream is reset after the payment ran, before message_stop (AnthropicError terminated, its cause the TypeError); the app re-runs the loop: acme paid once, the re-run's call answered from the ledger, and the answer names that payment`, async () => {
+      const modeName = mode[1].thread === false ? "thread: false" : "the SDK's default mode (which does not thread on the platform)";
+      it(`ATR-1 on ${platform}, ${modeName}: the incident: iteration 2's stream is reset after the payment ran, before message_stop (AnthropicError terminated, its cause the TypeError); the app re-runs the loop: acme paid once, the re-run's call answered from the ledger, and the answer names that payment`, async () => {
         const { once, client, effects } = await app(platform);
         faultOnRequest(2, { kind: "reset", at: { beforeMessageStop: true } });
         const run = await answer(once, client, effects, mode);
