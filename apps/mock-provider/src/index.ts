@@ -19,6 +19,7 @@ export { validateMessagesRequest, messagesRequestSchema } from "./request-schema
 export type { MessagesRequest, MessageParam, ContentBlockParam, RequestValidation } from "./request-schema.js";
 export { renderTurn, serialiseArguments } from "./render.js";
 export { encodeEventStreamMessage, bedrockChunk, bedrockException } from "./eventstream.js";
+export { converseEventOf, converseFrame, converseWhole, messagesFromConverse } from "./converse.js";
 export { REDACTED_THINKING_TRIGGER, sealRedactedThinking, signThinking, thinkingEnabled } from "./thinking.js";
 export type { PingMode, RenderedResponse, RenderedToolUse, PlannedEvent, WhitespaceStyle } from "./render.js";
 export type {

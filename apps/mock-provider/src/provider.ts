@@ -5,6 +5,7 @@ import express, { type NextFunction, type Request, type RequestHandler, type Res
 import { jsonBody } from "@dispatch-once/mock-http";
 import { MockProviderError } from "./errors.js";
 import { bedrockChunk, bedrockException, bedrockExceptionType } from "./eventstream.js";
+import { converseEventOf, converseFrame, converseWhole, messagesFromConverse } from "./converse.js";
 import { errorForStatus, parseFault, parseFaultRule, parseTiming, resolvePosition } from "./faults.js";
 import { redactedThinkingRequested, thinkingEnabled } from "./thinking.js";
 import { checkTurn, renderTurn, type PingMode, type PlannedEvent, type RenderedResponse } from "./render.js";
@@ -245,6 +246,9 @@ function cloudRoute(url: string): Route | undefined {
   if (vertex) return { api: "vertex", model: decodeURIComponent(vertex[1]!), stream: vertex[2] === "streamRawPredict" };
   const bedrock = /^\/model\/([^/]+)\/(invoke-with-response-stream|invoke)$/.exec(path);
   if (bedrock) return { api: "bedrock", model: decodeURIComponent(bedrock[1]!), stream: bedrock[2] === "invoke-with-response-stream" };
+  // Bedrock's Converse API (any model; `@ai-sdk/amazon-bedrock`'s language model): `/converse-stream`, `/converse` without.
+  const converse = /^\/model\/([^/]+)\/(converse-stream|converse)$/.exec(path);
+  if (converse) return { api: "converse", model: decodeURIComponent(converse[1]!), stream: converse[2] === "converse-stream" };
   return undefined;
 }
 
@@ -794,7 +798,10 @@ class Provider implements MockProvider {
     // its API version in the body: the model sees the Messages request it stands for.
     const cloudVersion = route.api !== "messages" && isPlainObject(body) ? body["anthropic_version"] : undefined;
     let modelBody: unknown = body;
-    if (route.api !== "messages" && isPlainObject(body)) {
+    if (route.api === "converse") {
+      // Converse's own request shape, read as the Messages request it stands for.
+      modelBody = messagesFromConverse(body, route.model, route.stream);
+    } else if (route.api !== "messages" && isPlainObject(body)) {
       const { anthropic_version: _version, ...rest } = body;
       modelBody = { ...rest, model: route.model, stream: route.stream };
     }
@@ -829,7 +836,7 @@ class Provider implements MockProvider {
 
     const reject = (status: number, type: string, message: string, outcome: RequestRecord["outcome"], extra: Record<string, string> = {}) => {
       record.error = message;
-      if (route.api === "bedrock") {
+      if (route.api === "bedrock" || route.api === "converse") {
         // Bedrock's envelope: the message alone, the exception's name in a header.
         res.setHeader("x-amzn-requestid", record.requestId);
         for (const [k, v] of Object.entries(extra)) res.setHeader(k, v);
@@ -859,7 +866,7 @@ class Provider implements MockProvider {
           ? reject(401, "authentication_error", "Request had invalid authentication credentials. Expected OAuth 2 access token.", "invalid_request")
           : reject(403, "authentication_error", "Missing Authentication Token", "invalid_request");
       }
-      if (typeof cloudVersion !== "string" || cloudVersion === "") {
+      if (route.api !== "converse" && (typeof cloudVersion !== "string" || cloudVersion === "")) {
         return reject(400, "invalid_request_error", "anthropic_version: Field required", "invalid_request");
       }
     }
@@ -995,7 +1002,7 @@ class Provider implements MockProvider {
     if (threadContext) threadContext.reply = { id: rendered.messageId, content: (rendered.message as { content: unknown }).content };
     record.toolUses = rendered.toolUses.map(({ id, name, input, json, fragments }) => ({ id, name, input, json, fragments }));
 
-    if (!stream) return this.respondWhole(req, res, record, rendered, fault, timing);
+    if (!stream) return this.respondWhole(req, res, record, rendered, fault, timing, route.api);
     if (fault?.kind === "splice") {
       // The spliced events are already in the rendered body: it plays to the end, no cut.
       record.faultFired = true;
@@ -1046,6 +1053,7 @@ class Provider implements MockProvider {
     rendered: RenderedResponse,
     fault: Fault | undefined,
     timing: Timing,
+    api: CloudApi = "messages",
   ): Promise<void> {
     await this.sleepUnlessGone(res, timing.firstEventMs);
     if (fault && (fault.kind === "reset" || fault.kind === "tcp_reset" || fault.kind === "hold")) {
@@ -1068,7 +1076,8 @@ class Provider implements MockProvider {
     if (res.destroyed || res.writableEnded) return this.finish(record, "client_closed");
     res.setHeader("request-id", rendered.requestId);
     res.setHeader("anthropic-organization-id", ORGANIZATION_ID);
-    sendJson(res, 200, rendered.message);
+    if (api === "converse") res.setHeader("x-amzn-requestid", rendered.requestId);
+    sendJson(res, 200, api === "converse" ? converseWhole(rendered.message) : rendered.message);
     this.finish(record, "complete", 200);
   }
 
@@ -1092,7 +1101,11 @@ class Provider implements MockProvider {
     };
 
     res.statusCode = 200;
-    if (api === "bedrock") {
+    if (api === "converse") {
+      // ConverseStream: the AWS event-stream framing, one message per Converse event.
+      res.setHeader("content-type", "application/vnd.amazon.eventstream");
+      res.setHeader("x-amzn-requestid", rendered.requestId);
+    } else if (api === "bedrock") {
       // InvokeModelWithResponseStream: the AWS event-stream framing, one `chunk` message per event.
       res.setHeader("content-type", "application/vnd.amazon.eventstream");
       res.setHeader("x-amzn-requestid", rendered.requestId);
@@ -1146,6 +1159,8 @@ class Provider implements MockProvider {
     let batch: SentEvent[] = [];
     let batchText = "";
     let batchBytes: Buffer[] = [];
+    const messageUsage = (rendered.message as { usage?: { input_tokens?: number; output_tokens?: number } }).usage;
+    const converseUsage = { input: messageUsage?.input_tokens ?? 0, output: messageUsage?.output_tokens ?? 0 };
     const write = (planned: PlannedEvent, index: number) => {
       const sent: SentEvent = {
         requestNumber: record.requestNumber,
@@ -1157,12 +1172,16 @@ class Provider implements MockProvider {
       record.events.push(sent);
       batch.push(sent);
       if (api === "bedrock") batchBytes.push(bedrockChunk(planned.data));
-      else batchText += `event: ${planned.type}\ndata: ${JSON.stringify(planned.data)}\n\n`;
+      else if (api === "converse") {
+        // The Converse event at this point, or none (a text block's start, a ping): the same positions for faults.
+        const event = converseEventOf(planned.data, converseUsage);
+        if (event) batchBytes.push(converseFrame(event[0], event[1]));
+      } else batchText += `event: ${planned.type}\ndata: ${JSON.stringify(planned.data)}\n\n`;
     };
     const flush = async () => {
       if (batch.length === 0) return;
       const sent = batch;
-      const chunk = api === "bedrock" ? Buffer.concat(batchBytes) : batchText;
+      const chunk = api === "bedrock" || api === "converse" ? Buffer.concat(batchBytes) : batchText;
       batch = [];
       batchText = "";
       batchBytes = [];
@@ -1180,7 +1199,7 @@ class Provider implements MockProvider {
         record.events.push(sent);
         this.finish(record, "error_event", 200);
         // Bedrock says a mid-stream error as an `exception` message of the event stream.
-        res.end(api === "bedrock" ? bedrockException(bedrockExceptionType(body.error.type), body.error.message) : `event: error\ndata: ${JSON.stringify(body)}\n\n`);
+        res.end(api === "bedrock" || api === "converse" ? bedrockException(bedrockExceptionType(body.error.type), body.error.message) : `event: error\ndata: ${JSON.stringify(body)}\n\n`);
         this.emitter.emit("event", sent, record);
       } else if (kind === "clean_close") {
         this.finish(record, "clean_close", 200);

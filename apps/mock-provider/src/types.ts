@@ -194,8 +194,11 @@ export interface SentEvent {
   atMs: number;
 }
 
-/** The API a request came in through: the Messages API, Vertex AI's `:streamRawPredict`/`:rawPredict`, Bedrock's `invoke-with-response-stream`/`invoke`. */
-export type CloudApi = "messages" | "vertex" | "bedrock";
+/**
+ * The API a request came in through: the Messages API, Vertex AI's `:streamRawPredict`/`:rawPredict`,
+ * Bedrock's `invoke-with-response-stream`/`invoke`, Bedrock's Converse API `converse-stream`/`converse`.
+ */
+export type CloudApi = "messages" | "vertex" | "bedrock" | "converse";
 
 export interface RequestRecord {
   /** The API the request came in through (the same model, scripts and faults serve all three). */

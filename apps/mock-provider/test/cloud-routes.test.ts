@@ -102,6 +102,50 @@ describe("Amazon Bedrock route", () => {
   });
 });
 
+describe("Amazon Bedrock Converse route", () => {
+  const converseBody = {
+    messages: [{ role: "user", content: [{ text: messages[0]!.content }] }],
+    inferenceConfig: { maxTokens: 200 },
+    toolConfig: { tools: [{ toolSpec: { name: tools[0]!.name, inputSchema: { json: tools[0]!.input_schema } } }], toolChoice: { auto: {} } },
+  };
+
+  it("streams the Messages events as Converse events at the same points (a text block starts with its delta, the stop reason is messageStop, metadata last): the same call as /v1/messages", async () => {
+    const converse = await start();
+    const response = await post(`${converse.bedrockBaseURL}/model/claude-test/converse-stream`, converseBody, { authorization: sigV4 });
+    expect([response.status, response.headers.get("content-type")]).toEqual([200, "application/vnd.amazon.eventstream"]);
+    const frames = decodeEventStream(Buffer.from(await response.arrayBuffer()));
+    expect(new Set(frames.map((f) => `${f.headers[":message-type"]} ${f.headers[":content-type"]}`))).toEqual(new Set(["event application/json"]));
+    const types = frames.map((f) => f.headers[":event-type"]);
+    expect(types[0]).toBe("messageStart");
+    expect(types.slice(-2)).toEqual(["messageStop", "metadata"]);
+    expect(frames.at(-2)!.payload).toEqual({ stopReason: "tool_use" });
+    const start0 = frames.find((f) => f.headers[":event-type"] === "contentBlockStart")!.payload as { contentBlockIndex: number; start: { toolUse: { toolUseId: string; name: string } } };
+    expect(start0.start.toolUse.name).toBe("send_payment");
+    const input = frames
+      .filter((f) => f.headers[":event-type"] === "contentBlockDelta" && (f.payload as { contentBlockIndex: number }).contentBlockIndex === start0.contentBlockIndex)
+      .map((f) => (f.payload as { delta: { toolUse: { input: string } } }).delta.toolUse.input)
+      .join("");
+    expect(JSON.parse(input)).toEqual({ to: "acme", amount_cents: 1200 });
+    expect(converse.requests[0]).toMatchObject({ api: "converse", path: "/model/claude-test/converse-stream", stream: true, outcome: "complete" });
+    expect(converse.requests[0]!.toolUses.map((t) => [t.id, t.name])).toEqual([[start0.start.toolUse.toolUseId, "send_payment"]]);
+  });
+
+  it("an error_event fault is an exception frame; /converse answers whole in Converse's shape; an unsigned request is 403 and a status fault is Bedrock's envelope", async () => {
+    const provider = await start();
+    const stream = await post(`${provider.bedrockBaseURL}/model/claude-test/converse-stream`, converseBody, { authorization: sigV4 }, { kind: "error_event", at: { afterToolUseStop: 0 }, error: { type: "throttlingException", message: "Too many tokens" } });
+    const frames = decodeEventStream(Buffer.from(await stream.arrayBuffer()));
+    expect(frames.at(-1)).toEqual({ headers: { ":exception-type": "throttlingException", ":content-type": "application/json", ":message-type": "exception" }, payload: { message: "Too many tokens" } });
+    expect(frames.map((f) => f.headers[":event-type"])).not.toContain("messageStop");
+    const url = `${provider.bedrockBaseURL}/model/claude-test/converse`;
+    const whole = (await (await post(url, converseBody, { authorization: sigV4 })).json()) as { output: { message: { role: string; content: { toolUse?: { name: string; input: unknown } }[] } }; stopReason: string };
+    expect([whole.stopReason, whole.output.message.role, whole.output.message.content.find((c) => c.toolUse)?.toolUse]).toMatchObject(["tool_use", "assistant", { name: "send_payment", input: { to: "acme", amount_cents: 1200 } }]);
+    const unsigned = await post(url, converseBody, {});
+    expect([unsigned.status, unsigned.headers.get("x-amzn-errortype"), await unsigned.json()]).toEqual([403, "AccessDeniedException", { message: "Missing Authentication Token" }]);
+    const throttled = await post(url, converseBody, { authorization: sigV4 }, { kind: "status", status: 429 });
+    expect([throttled.status, throttled.headers.get("x-amzn-errortype")]).toEqual([429, "ThrottlingException"]);
+  });
+});
+
 describe("Vertex AI route", () => {
   it("streams the Messages API's SSE at :streamRawPredict, answers :rawPredict whole, and refuses a request without a bearer token (401) or anthropic_version (400)", async () => {
     const provider = await start();
