@@ -4,6 +4,21 @@ import type { LanguageModelMiddleware } from "ai";
 
 type Part = { type: string; id?: unknown; rawValue?: unknown; error?: unknown };
 
+/** The events of Amazon Bedrock's ConverseStream, and its in-stream exceptions (AWS API reference, ConverseStreamOutput). */
+const CONVERSE_EVENTS: ReadonlySet<string> = new Set([
+  "messageStart",
+  "contentBlockStart",
+  "contentBlockDelta",
+  "contentBlockStop",
+  "messageStop",
+  "metadata",
+  "internalServerException",
+  "modelStreamErrorException",
+  "serviceUnavailableException",
+  "throttlingException",
+  "validationException",
+]);
+
 /**
  * Watches one model stream (one request, so one response) for the signs of a second response
  * spliced into its body (AISDK-16). Reads the provider's raw events, which alone carry the
@@ -16,6 +31,14 @@ class SpliceWatch {
   chat = false;
   /** Choice 0 gave a `finish_reason` (an empty one, which SGLang and older Ollama send on every chunk, is none). */
   chatFinished = false;
+  /** An Amazon Bedrock Converse body (`@ai-sdk/amazon-bedrock`): some raw event was one of ConverseStream's, `{ messageStart: {...} }`. */
+  converse = false;
+  /** The Converse body's `messageStop` came (its stop reason: the response's finishing event). */
+  converseFinished = false;
+  private converseStarted = false;
+  /** Converse content block positions: opened by a `contentBlockStart` (a tool use) or a block's first delta (text, reasoning), closed by its `contentBlockStop`. */
+  private readonly converseOpen = new Set<number>();
+  private readonly converseClosed = new Set<number>();
   private responseId: string | undefined;
   private metadataId: string | undefined;
   private readonly positions = new Set<number>();
@@ -26,6 +49,10 @@ class SpliceWatch {
     if (typeof value !== "object" || value === null) return undefined;
     const event = value as Record<string, unknown>;
     const type = event["type"];
+    if (type === undefined) {
+      const converse = this.converseEvent(event);
+      if (converse !== null) return converse;
+    }
     // OpenAI Responses API and Anthropic Messages API: the response's own id at its start.
     if (type === "response.created" || type === "response.in_progress" || type === "message_start") {
       const holder = (type === "message_start" ? event["message"] : event["response"]) as { id?: unknown } | undefined;
@@ -64,6 +91,54 @@ class SpliceWatch {
   unfinished(part: Part): string | undefined {
     if (!this.chat || this.chatFinished || (part.type !== "tool-call" && part.type !== "finish")) return undefined;
     return `the Chat Completions body ended without choice 0's finish_reason (before ${part.type === "tool-call" ? "a call's tool-call part" : "its finish"}): the response was cut, and a call it began may be cut too`;
+  }
+
+  /**
+   * Amazon Bedrock's ConverseStream events, as `@ai-sdk/amazon-bedrock` passes them raw: one key,
+   * the event's type (`messageStart`, `contentBlockStart`, `contentBlockDelta`, `contentBlockStop`,
+   * `messageStop`, `metadata`, or an exception's name), over its payload. No event names the
+   * response (`messageStart` carries only the role; the request id is one per request): a second
+   * response shows as a second `messageStart`, a block started at a position that already held
+   * one, a delta or a stop at a position whose block already stopped (Converse starts only tool-use
+   * blocks: text begins with its first delta), or content after `messageStop`. `null`: not Converse.
+   */
+  private converseEvent(event: Record<string, unknown>): string | undefined | null {
+    const keys = Object.keys(event);
+    if (keys.length !== 1 || !CONVERSE_EVENTS.has(keys[0]!)) return null;
+    const name = keys[0]!;
+    this.converse = true;
+    const payload = event[name] as { contentBlockIndex?: unknown } | null;
+    if (name === "messageStart") {
+      if (this.converseStarted) return "messageStart second_response: a second message began in the Converse stream";
+      this.converseStarted = true;
+      return undefined;
+    }
+    if (name === "messageStop") {
+      if (this.converseFinished) return "messageStop: a second messageStop in the Converse stream, another response's";
+      this.converseFinished = true;
+      return undefined;
+    }
+    if (name !== "contentBlockStart" && name !== "contentBlockDelta" && name !== "contentBlockStop") return undefined;
+    if (this.converseFinished) return `${name} after messageStop: another response's content in the Converse stream`;
+    const index = typeof payload === "object" && payload !== null ? payload.contentBlockIndex : undefined;
+    if (typeof index !== "number") return undefined;
+    if (this.converseClosed.has(index)) return `${name} at contentBlockIndex ${index}, whose block already stopped: another response in the stream`;
+    if (name === "contentBlockStart") {
+      if (this.converseOpen.has(index)) return `contentBlockStart at contentBlockIndex ${index}, which already holds a block: another response in the stream`;
+      this.converseOpen.add(index);
+    } else if (name === "contentBlockDelta") {
+      this.converseOpen.add(index);
+    } else {
+      this.converseOpen.delete(index);
+      this.converseClosed.add(index);
+    }
+    return undefined;
+  }
+
+  /** A Converse body that ended without `messageStop`, seen at the `finish` part the provider makes at the body's end (it finishes such a body `other`, with no error part). */
+  converseUnfinished(part: Part): string | undefined {
+    if (!this.converse || this.converseFinished || part.type !== "finish") return undefined;
+    return "the Converse body ended without messageStop (before its finish): the response was cut";
   }
 
   /** A `response-metadata` part: the AI SDK's own sign of a response's start, for providers whose raw events this does not read. */
@@ -110,13 +185,13 @@ export function spliceGuard(options: Record<string, never> = {}): LanguageModelM
       const stream = result.stream.pipeThrough(
         new TransformStream<Part, Part>({
           transform(part, controller) {
-            const sign = part.type === "raw" ? watch.raw(part.rawValue) : part.type === "response-metadata" ? watch.metadata(part) : watch.unfinished(part);
+            const sign = part.type === "raw" ? watch.raw(part.rawValue) : part.type === "response-metadata" ? watch.metadata(part) : (watch.unfinished(part) ?? watch.converseUnfinished(part));
             if (sign !== undefined) {
               // Ends here: nothing of the spliced response (its tool-call parts) reaches the AI SDK,
               // and the provider's body is cancelled. An error part, not an errored stream: the AI SDK
               // ends the step with finish reason "error" and tells the app's onError, as it does for
               // a provider's own in-stream error; an errored stream would skip onError and throw from fullStream.
-              controller.enqueue({ type: "error", error: new StreamIncompleteError(watch.events, watch.chat ? "choice 0's finish_reason" : "its finishing event", sign) });
+              controller.enqueue({ type: "error", error: new StreamIncompleteError(watch.events, watch.chat ? "choice 0's finish_reason" : watch.converse ? "messageStop" : "its finishing event", sign) });
               controller.terminate();
               return;
             }
