@@ -169,7 +169,9 @@ class SpliceWatch {
  * error (`StreamIncompleteError`, its `streamError` naming the event): `streamText` reports it
  * as its `error` part (and to `onError`) and ends the step with finish reason `"error"`; the
  * request is a failed attempt, not to be kept (AISDK-8) but sent again (AISDK-6). Raw parts
- * reach the app only when it asked for them (`includeRawChunks`).
+ * reach the app only when it asked for them (`includeRawChunks`). It reads the raw events of the
+ * Responses API, the Messages API, Chat Completions and Bedrock's Converse API; of any other
+ * provider it sees only a second `response-metadata` id.
  * @example const model = wrapLanguageModel({ model: openai.responses("gpt-5"), middleware: [providerToolsGuard(), spliceGuard()] });
  */
 export function spliceGuard(options: Record<string, never> = {}): LanguageModelMiddleware {
