@@ -35,6 +35,8 @@ class SpliceWatch {
   converse = false;
   /** The Converse body's `messageStop` came (its stop reason: the response's finishing event). */
   converseFinished = false;
+  /** The provider passed on an error part (an exception frame, a frame that did not decode): it told the failure itself. */
+  errored = false;
   private converseStarted = false;
   /** Converse content block positions: opened by a `contentBlockStart` (a tool use) or a block's first delta (text, reasoning), closed by its `contentBlockStop`. */
   private readonly converseOpen = new Set<number>();
@@ -135,9 +137,14 @@ class SpliceWatch {
     return undefined;
   }
 
-  /** A Converse body that ended without `messageStop`, seen at the `finish` part the provider makes at the body's end (it finishes such a body `other`, with no error part). */
+  /**
+   * A Converse body that ended without `messageStop`, seen at the `finish` part the provider makes
+   * at the body's end (it finishes such a body `other`, with no error part). One whose failure the
+   * provider already told by an error part (an exception frame) is left as it is: one error part.
+   */
   converseUnfinished(part: Part): string | undefined {
-    if (!this.converse || this.converseFinished || part.type !== "finish") return undefined;
+    if (part.type === "error") this.errored = true;
+    if (!this.converse || this.converseFinished || this.errored || part.type !== "finish") return undefined;
     return "the Converse body ended without messageStop (before its finish): the response was cut";
   }
 

@@ -3,7 +3,7 @@ import { MemoryLedger } from "@dispatch-once/core";
 import { scriptFromPlans, startMockProvider, toolUse, turn, type MockProvider } from "@dispatch-once/mock-provider";
 import { startMockPayments, type MockPaymentsServer } from "@dispatch-once/mock-payments";
 import { StreamIncompleteError } from "@dispatch-once/runner";
-import { stepCountIs, streamText, wrapLanguageModel, type LanguageModel, type ModelMessage, type ToolSet } from "ai";
+import { generateText, stepCountIs, streamText, wrapLanguageModel, type LanguageModel, type ModelMessage, type ToolSet } from "ai";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { createOnceTools, providerToolsGuard, spliceGuard, type OnceTurn } from "../src/index.js";
 import { drain, invoiceTool, outputsOf, quiet, settled, until } from "./helpers.js";
@@ -76,6 +76,21 @@ describe("through @ai-sdk/amazon-bedrock (Converse) against the mock provider", 
     expect(provider.requests[0]!.headers["authorization"]).toMatch(/^AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE\//);
   });
 
+  it("AISDK-2: generateText over /converse (the whole response): a regenerate of the turn bills once and answers the stored result", async () => {
+    const { once, runs } = app();
+    const outputs: unknown[] = [];
+    for (let attempt = 0; attempt < 2; attempt++) {
+      const forTurn = once.forTurn({ conversationId: "chat_bedrock_whole", messages: billAcme }) as OnceTurn<ToolSet>;
+      const result = await generateText({ model: bedrock(), messages: billAcme, tools: forTurn.tools, stopWhen: stepCountIs(3), maxRetries: 0 });
+      outputs.push(result.steps[0]!.toolResults.map((r) => r.output));
+    }
+    expect(provider.requests.map((r) => r.path.split("/").at(-1))).toEqual(["converse", "converse", "converse", "converse"]);
+    expect(paid()).toEqual(["acme 12500"]);
+    expect(runs).toHaveLength(1);
+    expect(outputs[1]).toEqual(outputs[0]);
+    expect(outputs[0]).toEqual([{ invoice: payments.effects()[0]!.resourceId, amount: 12_500 }]);
+  });
+
   for (const dispatchAt of ["tool-call", "step"] as const) {
     it(`the chapter's incident, dispatch at ${dispatchAt}: the stream is cut after the invoice, the app's retry bills once and tells the truth`, async () => {
       const { request, settle, runs } = app();
@@ -127,12 +142,15 @@ describe("through @ai-sdk/amazon-bedrock (Converse) against the mock provider", 
     expect(payments.effects()).toEqual([]);
   });
 
-  it("AISDK-8: an exception frame mid-stream is the step's error part; the app does not keep the response and its re-send bills once", async () => {
-    const { request, settle } = app();
+  for (const [name, model] of [["unguarded", bedrock], ["under spliceGuard()", guarded]] as const) {
+  it(`AISDK-8, ${name}: an exception frame mid-stream is the step's error part; the app does not keep the response and its re-send bills once`, async () => {
+    const { request, settle } = app(model);
     provider.faults.enqueue({ kind: "error_event", at: { afterToolUseStop: 0 }, error: { type: "throttlingException", message: "Too many requests, please wait before trying again." } });
     const failed = await request(billAcme, "tool-call");
     const error = failed.parts.find((p) => p.type === "error") as { error?: unknown } | undefined;
     expect(JSON.stringify(error?.error)).toContain("Too many requests");
+    // The provider's own error part, and no second one from the guard.
+    expect(failed.parts.filter((p) => p.type === "error")).toHaveLength(1);
     expect(failed.steps).toEqual(["error"]);
     expect(failed.kept).toBe(false);
     await settle();
@@ -141,6 +159,7 @@ describe("through @ai-sdk/amazon-bedrock (Converse) against the mock provider", 
     expect(resent.kept).toBe(true);
     expect(paid()).toEqual(["acme 12500"]);
   });
+  }
 
   for (const [name, model] of [["unguarded", bedrock], ["under spliceGuard()", guarded]] as const) {
     for (const dispatchAt of ["tool-call", "step"] as const) {
