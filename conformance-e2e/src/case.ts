@@ -188,6 +188,10 @@ export async function runCase(world: World, subject: LedgerSubject, scenario: Sc
     }
   }
   programProvider(world, scenario, account, ctx);
+  // The client platform the case drew (provider anthropic): its SDK is imported before any worker is built.
+  await world.provider.ready?.();
+  const platform = world.provider.platform?.();
+  if (platform !== undefined) ctx.timeline.push({ at: 0, who: "world", what: `the workers reach the model over ${platform}` });
   let first = true;
   const factory: WorkerFactoryOptions = {
     // The first worker uses the fixture's ledger; every later one a second view of the same namespace.
@@ -296,7 +300,7 @@ export async function runCase(world: World, subject: LedgerSubject, scenario: Sc
     }
     for (const w of workers) w.retire();
     const violations = await checkOracle(ctx, world.payments.effects({ account }), world.provider.transcript, world.provider.responses());
-    return { violations, timeline: renderTimeline(ctx, world, workers.length), stats: caseStats(ctx, Date.now() - ctx.started) };
+    return { violations, timeline: renderTimeline(ctx, world, workers.length), stats: { ...caseStats(ctx, Date.now() - ctx.started), ...world.provider.caseStats?.() } };
   } finally {
     for (const w of workers) w.retire();
     // The oracle has read them: a store over a server holds connections until it is closed.

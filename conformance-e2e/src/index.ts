@@ -21,10 +21,10 @@ import { runAiSdkCase, startAiSdkWorld, type AiSdkAppOptions } from "./ai-sdk-ca
 import { aiSdkScenarioArbitrary, withoutAiSdkSplices } from "./ai-sdk-scenario.js";
 import { runCase, type CaseOptions } from "./case.js";
 import { scenarioArbitrary, withClosingSearch, withoutSplices } from "./scenario.js";
-import { PROVIDERS, type ProviderName } from "./provider.js";
+import { ANTHROPIC_PLATFORMS, PROVIDERS, type AnthropicPlatform, type ProviderName } from "./provider.js";
 import { startWorld } from "./world.js";
 
-export { PROVIDERS, RUNNER_PROVIDERS, type ProviderName, type RunnerProviderName, type CommittedCall, type CommittedResult, type TranscriptReader } from "./provider.js";
+export { ANTHROPIC_PLATFORMS, PROVIDERS, RUNNER_PROVIDERS, anthropicPlatformOf, type AnthropicPlatform, type ProviderName, type RunnerProviderName, type CommittedCall, type CommittedResult, type TranscriptReader } from "./provider.js";
 export { scenarioArbitrary, faultFree, withClosingSearch, withoutDeferral, withoutSplices, type Scenario, type DeferredCall } from "./scenario.js";
 export { aiSdkScenarioArbitrary, messagesOf, withoutAiSdkSplices, withoutCrossTurnRepeats, withoutTabs, type AiSdkCrossTurnRepeat, type AiSdkTab, type AiSdkTabs, type AiSdkScenario, type AiSdkChatPlan, type AiSdkMessagePlan, type AiSdkCut, type AiSdkContinuation, type AiSdkRerunDivergence, type AiSdkSplice } from "./ai-sdk-scenario.js";
 export type { AiSdkAppOptions, AiSdkMessage, AiSdkRequest, AiSdkToolSet, AiSdkTurnTools, AiSdkWrapOptions } from "./ai-sdk-case.js";
@@ -66,6 +66,16 @@ export interface EndToEndOptions extends CaseOptions {
    * @example { provider: "openai" }
    */
   provider?: ProviderName;
+  /**
+   * Only for `provider: "anthropic"`: every scenario runs its workers' client on this platform
+   * (`"messages"`: `Anthropic` at the Messages API; `"bedrock"`: `AnthropicBedrock`; `"vertex"`:
+   * `AnthropicVertex`) instead of the one drawn from the scenario (`anthropicPlatformOf`). A forced
+   * platform whose SDK is not installed fails the run; a drawn one runs over the Messages API and
+   * `onStats` counts it (`anthropic_platform_<platform>_not_installed`).
+   * @default undefined: drawn per scenario
+   * @example { anthropicPlatform: "bedrock" }
+   */
+  anthropicPlatform?: AnthropicPlatform;
   /**
    * Only for `provider: "ai-sdk"`: pieces of the app to replace (the kit's tests plant bugs here).
    * @default {}
@@ -159,6 +169,10 @@ function checkProvider(provider: string | undefined): ProviderName {
 
 /** The AI SDK app owns its loop: no runner, worker or conversation store of the kit's to replace (refused when the checks are made, not when they run). */
 function checkStoreOnProvider(provider: ProviderName, options: EndToEndOptions): void {
+  if (options.anthropicPlatform !== undefined && provider !== "anthropic") throw new TypeError(`anthropicPlatform applies to provider anthropic only, not ${provider}`);
+  if (options.anthropicPlatform !== undefined && !ANTHROPIC_PLATFORMS.includes(options.anthropicPlatform)) {
+    throw new TypeError(`anthropicPlatform must be one of ${ANTHROPIC_PLATFORMS.join(", ")}, got ${JSON.stringify(options.anthropicPlatform)}`);
+  }
   if (provider === "ai-sdk" && (options.dispatcher !== undefined || options.conversationStore !== undefined || options.runner !== undefined)) {
     throw new TypeError("provider ai-sdk runs the app's own createOnceTools: plant bugs through options.aiSdk, not dispatcher, conversationStore or runner");
   }
@@ -180,7 +194,7 @@ export async function runEndToEnd(subject: LedgerSubject, options: EndToEndOptio
     }
     return;
   }
-  const world = await startWorld(provider);
+  const world = await startWorld(provider, options.anthropicPlatform === undefined ? {} : { platform: options.anthropicPlatform });
   // Chat Completions has no splices on the mock (it refuses them): none is drawn there. Its model
   // ends a turn that pays with a read (withClosingSearch), so that a cut can fall after its last
   // payment was dispatched, before the response finished.

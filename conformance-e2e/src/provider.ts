@@ -1,4 +1,6 @@
 import Anthropic from "@anthropic-ai/sdk";
+import type { AnthropicBedrock } from "@anthropic-ai/bedrock-sdk";
+import type { AnthropicVertex } from "@anthropic-ai/vertex-sdk";
 import { ConversationRunner as AnthropicRunner } from "@dispatch-once/anthropic";
 import type { JsonValue, ProviderToolSchema } from "@dispatch-once/core";
 import {
@@ -164,6 +166,15 @@ export interface ProviderSide {
   ): void;
   /** Every response the mock rendered since the last `program()`, spliced ones included. */
   responses(): ModelResponse[];
+  /**
+   * Loads what the case `program()` drew needs before a worker is built (the Anthropic side: the
+   * client platform's SDK, imported on first use), so that `runner()` stays synchronous.
+   */
+  ready?(): Promise<void>;
+  /** What the case ran over, for its timeline (the Anthropic side: the client platform). */
+  platform?(): string;
+  /** The case's counts of the side's own (the Anthropic side: its platform, its requests by route), read once the case is done. */
+  caseStats?(): Record<string, number>;
   runner(wiring: RunnerWiring): KitRunner;
   transcript: TranscriptReader;
   close(): Promise<void>;
@@ -310,14 +321,117 @@ const anthropicTranscript: TranscriptReader = {
       .map((b) => ({ id: str(b.tool_use_id), text: typeof b.content === "string" ? b.content : JSON.stringify(b.content), isError: b.is_error === true })),
 };
 
-async function anthropicSide(): Promise<ProviderSide> {
+/**
+ * The client a case's workers reach Claude with (provider `"anthropic"`): the Messages API
+ * (`Anthropic`), Amazon Bedrock (`AnthropicBedrock` of `@anthropic-ai/bedrock-sdk`, the AWS
+ * event-stream framing, in-stream errors as `exception` messages) or Google Vertex AI
+ * (`AnthropicVertex` of `@anthropic-ai/vertex-sdk`, `:streamRawPredict`), each at apps/mock-provider's
+ * route for it. The three share the mock's scripts and faults: a fault is placed by event index
+ * before the route encodes the stream, so it lands at the same point of the response on each.
+ */
+export type AnthropicPlatform = "messages" | "bedrock" | "vertex";
+
+export const ANTHROPIC_PLATFORMS: readonly AnthropicPlatform[] = ["messages", "bedrock", "vertex"];
+
+/**
+ * The client platform a scenario runs on (provider `"anthropic"`), drawn from its plans as
+ * `chatDialectOf` draws a dialect (with a salt of its own): a seed and a replayed path draw the
+ * same one, and every kind of scenario is drawn on each platform, none restricted (no kit
+ * facility depends on the route: splices and cuts are placed among the rendered events, and the
+ * kit reads each request's messages, which every route's body carries).
+ */
+export function anthropicPlatformOf(plans: Map<string, PlannedCall[][]>): AnthropicPlatform {
+  return ANTHROPIC_PLATFORMS[planHash(plans, "anthropic platform:") % ANTHROPIC_PLATFORMS.length]!;
+}
+
+/** What a platform's runs are said as (the case's timeline). */
+const PLATFORM_NAMES: Record<AnthropicPlatform, string> = {
+  messages: "the Messages API (Anthropic)",
+  bedrock: "Amazon Bedrock (AnthropicBedrock, @anthropic-ai/bedrock-sdk)",
+  vertex: "Google Vertex AI (AnthropicVertex, @anthropic-ai/vertex-sdk)",
+};
+
+/** The platform SDKs' clients, imported on first use (each costs a few hundred ms of CPU to import): a process whose scenarios draw none imports none. */
+const platformClients: { bedrock?: typeof AnthropicBedrock; vertex?: typeof AnthropicVertex } = {};
+
+/** Imports the platform's SDK once per process; false when it is not installed (an optional peer dependency). */
+async function loadPlatform(platform: Exclude<AnthropicPlatform, "messages">): Promise<boolean> {
+  try {
+    if (platform === "bedrock") platformClients.bedrock ??= (await import("@anthropic-ai/bedrock-sdk")).AnthropicBedrock;
+    else platformClients.vertex ??= (await import("@anthropic-ai/vertex-sdk")).AnthropicVertex;
+    return true;
+  } catch (error) {
+    const code = (error as { code?: unknown } | undefined)?.code;
+    if (code === "ERR_MODULE_NOT_FOUND" || code === "MODULE_NOT_FOUND") return false;
+    throw error;
+  }
+}
+
+/** The package each platform's client comes from. */
+const PLATFORM_PACKAGES: Record<Exclude<AnthropicPlatform, "messages">, string> = { bedrock: "@anthropic-ai/bedrock-sdk", vertex: "@anthropic-ai/vertex-sdk" };
+
+/**
+ * The API version each platform documents for the body's `anthropic_version`: both SDKs copy the
+ * client's `anthropic-version` header into the body, so an app pins it there (packages/anthropic README).
+ */
+const PLATFORM_VERSIONS: Record<Exclude<AnthropicPlatform, "messages">, string> = { bedrock: "bedrock-2023-05-31", vertex: "vertex-2023-10-16" };
+
+type VertexAuthClient = NonNullable<NonNullable<ConstructorParameters<typeof AnthropicVertex>[0]>["authClient"]>;
+
+/**
+ * The platform's client at the mock's route, with credentials that need no network: Bedrock static
+ * AWS keys (the client signs each request, SigV4), Vertex an `authClient` with a fixed bearer token
+ * (without one the client asks Google's application default credentials). No SDK retries, as on the
+ * Messages API: the runner's attempts are the kit's to count.
+ */
+function anthropicClient(platform: AnthropicPlatform, mock: Awaited<ReturnType<typeof startMockProvider>>, fetch: typeof globalThis.fetch) {
+  if (platform === "messages") return new Anthropic({ baseURL: mock.baseURL, apiKey: "conformance", maxRetries: 0, fetch });
+  const defaultHeaders = { "anthropic-version": PLATFORM_VERSIONS[platform] };
+  if (platform === "bedrock") {
+    const Bedrock = platformClients.bedrock;
+    if (Bedrock === undefined) throw new TypeError("the kit built a Bedrock worker before loading @anthropic-ai/bedrock-sdk (ProviderSide.ready)");
+    return new Bedrock({ baseURL: mock.bedrockBaseURL, awsRegion: "us-east-1", awsAccessKey: "AKIDCONFORMANCE", awsSecretKey: "conformance", maxRetries: 0, fetch, defaultHeaders });
+  }
+  const Vertex = platformClients.vertex;
+  if (Vertex === undefined) throw new TypeError("the kit built a Vertex AI worker before loading @anthropic-ai/vertex-sdk (ProviderSide.ready)");
+  const authClient = { projectId: "conformance", getRequestHeaders: async () => new Headers({ authorization: "Bearer conformance" }) } as unknown as VertexAuthClient;
+  return new Vertex({ baseURL: mock.vertexBaseURL, region: "us-east5", projectId: "conformance", authClient, maxRetries: 0, fetch, defaultHeaders });
+}
+
+/** Options of the Anthropic side. */
+export interface AnthropicSideOptions {
+  /** Every case on this platform instead of the drawn one (the kit's tests force one). */
+  platform?: AnthropicPlatform;
+}
+
+async function anthropicSide(options: AnthropicSideOptions = {}): Promise<ProviderSide> {
   const mock = await startMockProvider({});
   // The mock's log is the world's; a case reads the requests made since it programmed the mock.
   let since = 0;
+  // This case's client platform (drawn in program), and the one drawn whose SDK is not installed.
+  let platform: AnthropicPlatform = options.platform ?? "messages";
+  let missing: AnthropicPlatform | undefined;
   return {
     name: "anthropic",
+    async ready() {
+      missing = undefined;
+      if (platform === "messages" || (await loadPlatform(platform))) return;
+      if (options.platform !== undefined) throw new TypeError(`platform ${platform} needs ${PLATFORM_PACKAGES[platform]}, which is not installed`);
+      // Drawn, not asked for: the case runs over the Messages API, and says so (caseStats, timeline).
+      missing = platform;
+      platform = "messages";
+    },
+    platform: () => (missing === undefined ? PLATFORM_NAMES[platform] : `${PLATFORM_NAMES[platform]}: ${missing} was drawn, but ${PLATFORM_PACKAGES[missing as Exclude<AnthropicPlatform, "messages">]} is not installed`),
+    caseStats() {
+      const stats: Record<string, number> = { [`anthropic_platform_${platform}`]: 1 };
+      if (missing !== undefined) stats[`anthropic_platform_${missing}_not_installed`] = 1;
+      // Which route each request of the case came in through: the platform's, and only it.
+      for (const r of mock.requests.slice(since)) stats[`anthropic_requests_${r.api}`] = (stats[`anthropic_requests_${r.api}`] ?? 0) + 1;
+      return stats;
+    },
     program(plans, cutFor, reruns, onRerun, splices, onSplice) {
       since = mock.requests.length;
+      platform = options.platform ?? anthropicPlatformOf(plans);
       // The mock plays step n of a plan as the n-th assistant turn after the user's text; a
       // re-run the model answers differently plays the re-run's calls instead (a text answer when none).
       const turnOf = (calls: PlannedCall[]) => (calls.length === 0 ? turn(anthropicSay("Done.")) : turn(...calls.map((c) => toolUse(c.tool, c.args, rewordOf(c)))));
@@ -380,10 +494,10 @@ async function anthropicSide(): Promise<ProviderSide> {
         const calls = r.splicedToolUses.map((c) => ({ name: c.name, input: c.input }));
         return [own, { text, calls, callIds: r.splicedToolUses.map((c) => c.id), spliced: spliceShape(r.fault.messageStart, r.fault.lead), reasoning: thinking.slice(1), request }];
       }),
-    runner: ({ fetch, ...options }) =>
+    runner: ({ fetch, ...wiring }) =>
       new AnthropicRunner({
-        ...options,
-        client: new Anthropic({ baseURL: mock.baseURL, apiKey: "conformance", maxRetries: 0, fetch }),
+        ...wiring,
+        client: anthropicClient(platform, mock, fetch),
         model: "claude-conformance",
         // Thinking on, as production agents run: every response opens with a signed thinking
         // block, which each tool result's request must carry back unaltered (STREAM-15); cuts
@@ -660,11 +774,20 @@ const chatTranscript: TranscriptReader = {
  * the same one, and certification runs cover each dialect with cuts, retries, re-sends and take-overs.
  */
 export function chatDialectOf(plans: Map<string, PlannedCall[][]>): ChatDialect {
-  const drawn = JSON.stringify([...plans].map(([text, steps]) => [text.slice(text.indexOf(" ") + 1), steps]).sort(([a], [b]) => (String(a) < String(b) ? -1 : 1)));
+  return CHAT_DIALECTS[planHash(plans) % CHAT_DIALECTS.length]!;
+}
+
+/**
+ * A hash of a case's plans (each user text without its per-case account, and the calls), salted
+ * per draw so that two draws of one scenario do not move together; an empty salt is the chat
+ * dialect's, as it was before any other draw used it.
+ */
+function planHash(plans: Map<string, PlannedCall[][]>, salt = ""): number {
+  const drawn = salt + JSON.stringify([...plans].map(([text, steps]) => [text.slice(text.indexOf(" ") + 1), steps]).sort(([a], [b]) => (String(a) < String(b) ? -1 : 1)));
   // FNV-1a: stable across processes and Node versions.
   let hash = 0x811c9dc5;
   for (let i = 0; i < drawn.length; i++) hash = Math.imul(hash ^ drawn.charCodeAt(i), 0x01000193) >>> 0;
-  return CHAT_DIALECTS[hash % CHAT_DIALECTS.length]!;
+  return hash;
 }
 
 async function openAIChatSide(): Promise<ProviderSide> {
@@ -712,10 +835,14 @@ async function openAIChatSide(): Promise<ProviderSide> {
 }
 
 /** Starts the mock of one provider. */
-export function startProvider(name: RunnerProviderName): Promise<ProviderSide> {
+export function startProvider(name: RunnerProviderName, options: AnthropicSideOptions = {}): Promise<ProviderSide> {
+  if (options.platform !== undefined && name !== "anthropic") throw new TypeError(`platform applies to provider anthropic only, not ${name}`);
+  if (options.platform !== undefined && !ANTHROPIC_PLATFORMS.includes(options.platform)) {
+    throw new TypeError(`platform must be one of ${ANTHROPIC_PLATFORMS.join(", ")}, got ${JSON.stringify(options.platform)}`);
+  }
   switch (name) {
     case "anthropic":
-      return anthropicSide();
+      return anthropicSide(options);
     case "openai":
       return openAISide();
     case "openai-chat":

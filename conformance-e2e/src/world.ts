@@ -26,7 +26,7 @@ import {
   type PaymentsClient,
 } from "@dispatch-once/mock-payments";
 import { z } from "zod";
-import { startProvider, type KitRunner, type ProviderSide, type RunnerProviderName } from "./provider.js";
+import { startProvider, type AnthropicSideOptions, type KitRunner, type ProviderSide, type RunnerProviderName } from "./provider.js";
 import { divergedCalls, divergedFollowUp, type DeployKind, type MessagePlan, type PlannedCall, type Scenario, type SplicePlan, type StreamCut, type WorkerDeath } from "./scenario.js";
 
 /** The servers one property run shares across its cases; each case gets its own account and ledger namespace. */
@@ -37,9 +37,12 @@ export interface World {
   close(): Promise<void>;
 }
 
-/** @param providerName the stream side to run on. @default "anthropic" */
-export async function startWorld(providerName: RunnerProviderName = "anthropic"): Promise<World> {
-  const provider = await startProvider(providerName);
+/**
+ * @param providerName the stream side to run on. @default "anthropic"
+ * @param options the Anthropic side's: a platform every case runs on instead of the drawn one.
+ */
+export async function startWorld(providerName: RunnerProviderName = "anthropic", options: AnthropicSideOptions = {}): Promise<World> {
+  const provider = await startProvider(providerName, options);
   const payments = await startMockPayments({});
   return {
     provider,

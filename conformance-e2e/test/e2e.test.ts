@@ -1,6 +1,6 @@
 import { UnguardedDispatcher, type Ledger } from "@dispatch-once/core";
 import { describe, expect, it } from "vitest";
-import { DEFAULT_END_TO_END_RUNS, PROVIDERS, RUNNER_PROVIDERS, endToEndTimeLimits, runEndToEnd } from "../src/index.js";
+import { ANTHROPIC_PLATFORMS, DEFAULT_END_TO_END_RUNS, PROVIDERS, RUNNER_PROVIDERS, endToEndTimeLimits, runEndToEnd } from "../src/index.js";
 import { memoryLedgerSubject, type LedgerSubject } from "@dispatch-once/conformance/ledger";
 import { SHRINK_BUDGET_MS } from "./readable.js";
 
@@ -72,6 +72,12 @@ describe("end-to-end level", () => {
       onStats: (stats) => Object.assign(seen, stats),
     });
     expectHardCases(seen, runs);
+    // Each client platform ran scenarios (anthropicPlatformOf), each over its own route alone.
+    expect(ANTHROPIC_PLATFORMS.reduce((n, p) => n + (seen[`anthropic_platform_${p}`] ?? 0), 0)).toBe(seen.property_cases);
+    for (const p of ANTHROPIC_PLATFORMS) {
+      expect(seen[`anthropic_platform_${p}`], `anthropic_platform_${p}`).toBeGreaterThan(0);
+      expect(seen[`anthropic_requests_${p}`], `anthropic_requests_${p}`).toBeGreaterThan(0);
+    }
     // Beyond the property's own limit (2,700 s at the default 1,000 runs), so that it, not a bare timeout, reports.
   }, Math.max(1_800_000, endToEndTimeLimits(runs).checkTimeoutMs + 60_000));
 
