@@ -1,0 +1,24 @@
+import { describe, expect, it, vi } from "vitest";
+import { runEndToEnd } from "../src/index.js";
+import { memory } from "./audit-mutants.js";
+
+// An install without the optional peer @anthropic-ai/bedrock-sdk: loading it fails as Node fails a
+// missing package (thrown on reading the client: vitest wraps an error its factory throws).
+vi.mock("@anthropic-ai/bedrock-sdk", () => ({
+  get AnthropicBedrock(): never {
+    throw Object.assign(new Error("Cannot find package '@anthropic-ai/bedrock-sdk'"), { code: "ERR_MODULE_NOT_FOUND" });
+  },
+}));
+
+describe("provider anthropic without @anthropic-ai/bedrock-sdk installed", () => {
+  it("a scenario that draws bedrock runs over the Messages API and onStats says so; a forced bedrock fails naming the package", async () => {
+    let seen: Record<string, number> = {};
+    // Seed 11's first 12 scenarios draw bedrock twice.
+    await runEndToEnd(memory, { runs: 12, seed: 11, onStats: (stats) => (seen = stats) });
+    expect(seen.anthropic_platform_bedrock_not_installed, "seed 11").toBeGreaterThan(0);
+    expect(seen.anthropic_platform_bedrock ?? 0).toBe(0);
+    expect(seen.anthropic_requests_bedrock ?? 0).toBe(0);
+    expect(seen.anthropic_platform_messages).toBeGreaterThanOrEqual(seen.anthropic_platform_bedrock_not_installed!);
+    await expect(runEndToEnd(memory, { runs: 1, seed: 11, anthropicPlatform: "bedrock" })).rejects.toThrow(/platform bedrock needs @anthropic-ai\/bedrock-sdk, which is not installed/);
+  });
+});
