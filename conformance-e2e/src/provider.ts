@@ -354,11 +354,22 @@ const PLATFORM_NAMES: Record<AnthropicPlatform, string> = {
 /** The platform SDKs' clients, imported on first use (each costs a few hundred ms of CPU to import): a process whose scenarios draw none imports none. */
 const platformClients: { bedrock?: typeof AnthropicBedrock; vertex?: typeof AnthropicVertex } = {};
 
+/**
+ * How each platform's SDK is imported, and the cache of what was. Not exported from the package:
+ * the kit's own tests stand in an install without the optional peer here (a module mock cannot,
+ * once another test file in the same process imported the SDK into the shared module graph).
+ */
+export const platformImports = {
+  bedrock: async (): Promise<typeof AnthropicBedrock> => (await import("@anthropic-ai/bedrock-sdk")).AnthropicBedrock,
+  vertex: async (): Promise<typeof AnthropicVertex> => (await import("@anthropic-ai/vertex-sdk")).AnthropicVertex,
+  loaded: platformClients,
+};
+
 /** Imports the platform's SDK once per process; false when it is not installed (an optional peer dependency). */
 async function loadPlatform(platform: Exclude<AnthropicPlatform, "messages">): Promise<boolean> {
   try {
-    if (platform === "bedrock") platformClients.bedrock ??= (await import("@anthropic-ai/bedrock-sdk")).AnthropicBedrock;
-    else platformClients.vertex ??= (await import("@anthropic-ai/vertex-sdk")).AnthropicVertex;
+    if (platform === "bedrock") platformClients.bedrock ??= await platformImports.bedrock();
+    else platformClients.vertex ??= await platformImports.vertex();
     return true;
   } catch (error) {
     const code = (error as { code?: unknown } | undefined)?.code;
