@@ -20,6 +20,7 @@ export type { MessagesRequest, MessageParam, ContentBlockParam, RequestValidatio
 export { renderTurn, serialiseArguments } from "./render.js";
 export { encodeEventStreamMessage, bedrockChunk, bedrockException } from "./eventstream.js";
 export { converseEventOf, converseFrame, converseWhole, messagesFromConverse } from "./converse.js";
+export { GeminiChunks, geminiError, geminiSse, geminiWhole, messagesFromGemini } from "./gemini.js";
 export { REDACTED_THINKING_TRIGGER, sealRedactedThinking, signThinking, thinkingEnabled } from "./thinking.js";
 export type { PingMode, RenderedResponse, RenderedToolUse, PlannedEvent, WhitespaceStyle } from "./render.js";
 export type {

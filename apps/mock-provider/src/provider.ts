@@ -6,6 +6,7 @@ import { jsonBody } from "@dispatch-once/mock-http";
 import { MockProviderError } from "./errors.js";
 import { bedrockChunk, bedrockException, bedrockExceptionType } from "./eventstream.js";
 import { converseEventOf, converseFrame, converseWhole, messagesFromConverse } from "./converse.js";
+import { GeminiChunks, geminiError, geminiErrorCode, geminiSse, geminiWhole, messagesFromGemini } from "./gemini.js";
 import { errorForStatus, parseFault, parseFaultRule, parseTiming, resolvePosition } from "./faults.js";
 import { redactedThinkingRequested, thinkingEnabled } from "./thinking.js";
 import { checkTurn, renderTurn, type PingMode, type PlannedEvent, type RenderedResponse } from "./render.js";
@@ -144,6 +145,8 @@ export interface MockProvider {
   readonly vertexBaseURL: string;
   /** What to give `@anthropic-ai/bedrock-sdk`: `new AnthropicBedrock({ baseURL: provider.bedrockBaseURL, awsRegion, awsAccessKey, awsSecretKey })`. */
   readonly bedrockBaseURL: string;
+  /** What to give `@ai-sdk/google`: `createGoogleGenerativeAI({ baseURL: provider.geminiBaseURL, apiKey })` (the Gemini API's `/v1beta`). */
+  readonly geminiBaseURL: string;
   readonly port: number;
   /** The request log, oldest first (live array; do not mutate). */
   readonly requests: readonly RequestRecord[];
@@ -249,6 +252,9 @@ function cloudRoute(url: string): Route | undefined {
   // Bedrock's Converse API (any model; `@ai-sdk/amazon-bedrock`'s language model): `/converse-stream`, `/converse` without.
   const converse = /^\/model\/([^/]+)\/(converse-stream|converse)$/.exec(path);
   if (converse) return { api: "converse", model: decodeURIComponent(converse[1]!), stream: converse[2] === "converse-stream" };
+  // Google's Gemini API (`@ai-sdk/google`): `/v1beta/models/{model}:streamGenerateContent?alt=sse`, `:generateContent` without.
+  const gemini = /^\/v1beta\/models\/([^/:]+):(streamGenerateContent|generateContent)$/.exec(path);
+  if (gemini) return { api: "gemini", model: decodeURIComponent(gemini[1]!), stream: gemini[2] === "streamGenerateContent" };
   return undefined;
 }
 
@@ -315,6 +321,7 @@ class Provider implements MockProvider {
   baseURL = "";
   vertexBaseURL = "";
   bedrockBaseURL = "";
+  geminiBaseURL = "";
   port = 0;
   readonly requests: RequestRecord[] = [];
   private readonly emitter = new EventEmitter();
@@ -637,6 +644,7 @@ class Provider implements MockProvider {
     this.baseURL = this.url;
     this.vertexBaseURL = `${this.url}/v1`;
     this.bedrockBaseURL = this.url;
+    this.geminiBaseURL = `${this.url}/v1beta`;
   }
 
   async close(): Promise<void> {
@@ -801,6 +809,9 @@ class Provider implements MockProvider {
     if (route.api === "converse") {
       // Converse's own request shape, read as the Messages request it stands for.
       modelBody = messagesFromConverse(body, route.model, route.stream);
+    } else if (route.api === "gemini") {
+      // Gemini's own request shape, read as the Messages request it stands for.
+      modelBody = messagesFromGemini(body, route.model, route.stream);
     } else if (route.api !== "messages" && isPlainObject(body)) {
       const { anthropic_version: _version, ...rest } = body;
       modelBody = { ...rest, model: route.model, stream: route.stream };
@@ -842,6 +853,10 @@ class Provider implements MockProvider {
         for (const [k, v] of Object.entries(extra)) res.setHeader(k, v);
         res.setHeader("x-amzn-errortype", bedrockErrorType(status));
         sendJson(res, status, { message });
+      } else if (route.api === "gemini") {
+        // Google's envelope: `{error: {code, message, status}}`.
+        for (const [k, v] of Object.entries(extra)) res.setHeader(k, v);
+        sendJson(res, status, geminiError(status, message));
       } else {
         apiError(res, status, { type, message }, record.requestId, extra);
       }
@@ -857,6 +872,11 @@ class Provider implements MockProvider {
       if (!headers["anthropic-version"]) {
         return reject(400, "invalid_request_error", "anthropic-version: header is required", "invalid_request");
       }
+    } else if (route.api === "gemini") {
+      // The Gemini API's key: the `x-goog-api-key` header (or `?key=`). None: 403; not the configured one: 400, as Google answers.
+      const apiKey = headers["x-goog-api-key"] ?? new URLSearchParams((req.url ?? "").split("?")[1] ?? "").get("key") ?? undefined;
+      if (!apiKey) return reject(403, "permission_error", "Method doesn't allow unregistered callers (callers without established identity). Please use API Key or other form of API consumer identity to call this API.", "invalid_request");
+      if (this.options.apiKey !== undefined && apiKey !== this.options.apiKey) return reject(400, "invalid_request_error", "API key not valid. Please pass a valid API key.", "invalid_request");
     } else {
       // Vertex: a Google OAuth bearer token. Bedrock: a SigV4 signature (not verified here) or a Bedrock API key.
       const authorization = headers["authorization"] ?? "";
@@ -1077,7 +1097,8 @@ class Provider implements MockProvider {
     res.setHeader("request-id", rendered.requestId);
     res.setHeader("anthropic-organization-id", ORGANIZATION_ID);
     if (api === "converse") res.setHeader("x-amzn-requestid", rendered.requestId);
-    sendJson(res, 200, api === "converse" ? converseWhole(rendered.message) : rendered.message);
+    const model = String((rendered.message as { model?: unknown }).model ?? "");
+    sendJson(res, 200, api === "converse" ? converseWhole(rendered.message) : api === "gemini" ? geminiWhole(rendered.message, model) : rendered.message);
     this.finish(record, "complete", 200);
   }
 
@@ -1101,7 +1122,10 @@ class Provider implements MockProvider {
     };
 
     res.statusCode = 200;
-    if (api === "converse") {
+    if (api === "gemini") {
+      // streamGenerateContent with alt=sse: server-sent events, `data:` lines only.
+      res.setHeader("content-type", "text/event-stream");
+    } else if (api === "converse") {
       // ConverseStream: the AWS event-stream framing, one message per Converse event.
       res.setHeader("content-type", "application/vnd.amazon.eventstream");
       res.setHeader("x-amzn-requestid", rendered.requestId);
@@ -1161,6 +1185,7 @@ class Provider implements MockProvider {
     let batchBytes: Buffer[] = [];
     const messageUsage = (rendered.message as { usage?: { input_tokens?: number; output_tokens?: number } }).usage;
     const converseUsage = { input: messageUsage?.input_tokens ?? 0, output: messageUsage?.output_tokens ?? 0 };
+    const gemini = api === "gemini" ? new GeminiChunks(String((rendered.message as { model?: unknown }).model ?? ""), converseUsage) : undefined;
     const write = (planned: PlannedEvent, index: number) => {
       const sent: SentEvent = {
         requestNumber: record.requestNumber,
@@ -1176,6 +1201,10 @@ class Provider implements MockProvider {
         // The Converse event at this point, or none (a text block's start, a ping): the same positions for faults.
         const event = converseEventOf(planned.data, converseUsage);
         if (event) batchBytes.push(converseFrame(event[0], event[1]));
+      } else if (gemini) {
+        // The Gemini chunk at this point, or none (a start, a block's start, a call's fragment, a ping): the same positions for faults.
+        const chunk = gemini.of(planned.data);
+        if (chunk) batchText += geminiSse(chunk);
       } else batchText += `event: ${planned.type}\ndata: ${JSON.stringify(planned.data)}\n\n`;
     };
     const flush = async () => {
@@ -1199,7 +1228,14 @@ class Provider implements MockProvider {
         record.events.push(sent);
         this.finish(record, "error_event", 200);
         // Bedrock says a mid-stream error as an `exception` message of the event stream.
-        res.end(api === "bedrock" || api === "converse" ? bedrockException(bedrockExceptionType(body.error.type), body.error.message) : `event: error\ndata: ${JSON.stringify(body)}\n\n`);
+        // Gemini sends one on a 200 as a `data:` line carrying Google's error envelope (no event of its own).
+        res.end(
+          api === "bedrock" || api === "converse"
+            ? bedrockException(bedrockExceptionType(body.error.type), body.error.message)
+            : api === "gemini"
+              ? geminiSse(geminiError(geminiErrorCode(body.error.type), body.error.message))
+              : `event: error\ndata: ${JSON.stringify(body)}\n\n`,
+        );
         this.emitter.emit("event", sent, record);
       } else if (kind === "clean_close") {
         this.finish(record, "clean_close", 200);

@@ -196,9 +196,10 @@ export interface SentEvent {
 
 /**
  * The API a request came in through: the Messages API, Vertex AI's `:streamRawPredict`/`:rawPredict`,
- * Bedrock's `invoke-with-response-stream`/`invoke`, Bedrock's Converse API `converse-stream`/`converse`.
+ * Bedrock's `invoke-with-response-stream`/`invoke`, Bedrock's Converse API `converse-stream`/`converse`,
+ * Google's Gemini API `:streamGenerateContent`/`:generateContent`.
  */
-export type CloudApi = "messages" | "vertex" | "bedrock" | "converse";
+export type CloudApi = "messages" | "vertex" | "bedrock" | "converse" | "gemini";
 
 export interface RequestRecord {
   /** The API the request came in through (the same model, scripts and faults serve all three). */

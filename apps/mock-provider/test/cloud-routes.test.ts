@@ -146,6 +146,50 @@ describe("Amazon Bedrock Converse route", () => {
   });
 });
 
+describe("Google Gemini API route", () => {
+  const geminiBody = {
+    contents: [{ role: "user", parts: [{ text: messages[0]!.content }] }],
+    generationConfig: { maxOutputTokens: 200 },
+    tools: [{ functionDeclarations: [{ name: tools[0]!.name, parameters: tools[0]!.input_schema }] }],
+  };
+  const chunksOf = (text: string) => {
+    // alt=sse: `data:` lines only, no `event:` names.
+    expect(text).not.toMatch(/^event:/m);
+    return text.split("\r\n\r\n").filter((e) => e !== "").map((e) => JSON.parse(e.replace(/^data: /, "")) as Record<string, any>);
+  };
+
+  it("streams the call whole in one functionCall chunk, finishReason last; every chunk names the response and the model; the same call as /v1/messages", async () => {
+    const provider = await start();
+    const response = await post(`${provider.geminiBaseURL}/models/gemini-2.5-flash:streamGenerateContent?alt=sse`, geminiBody, { "x-goog-api-key": "AIzaTest" });
+    expect([response.status, response.headers.get("content-type")]).toEqual([200, "text/event-stream"]);
+    const chunks = chunksOf(await response.text());
+    expect(new Set(chunks.map((c) => `${String(c["responseId"])} ${String(c["modelVersion"])}`)).size).toBe(1);
+    const calls = chunks.flatMap((c) => c["candidates"][0].content.parts).filter((p: Record<string, unknown>) => p["functionCall"]);
+    expect(calls.map((p: any) => [p.functionCall.name, p.functionCall.args])).toEqual([["send_payment", { to: "acme", amount_cents: 1200 }]]);
+    expect(chunks.map((c) => c["candidates"][0].finishReason ?? null).filter((r) => r !== null)).toEqual(["STOP"]);
+    expect(chunks.at(-1)!["candidates"][0].finishReason).toBe("STOP");
+    expect(chunks.at(-1)!["usageMetadata"].totalTokenCount).toBeGreaterThan(0);
+    expect(provider.requests[0]).toMatchObject({ api: "gemini", path: "/v1beta/models/gemini-2.5-flash:streamGenerateContent", stream: true, outcome: "complete" });
+    expect(provider.requests[0]!.toolUses.map((t) => [t.id, t.name])).toEqual([[calls[0].functionCall.id, "send_payment"]]);
+  });
+
+  it("an error_event fault is a data: line of Google's error envelope on the 200; :generateContent answers whole; no key is 403 and a status fault is Google's envelope", async () => {
+    const provider = await start();
+    const base = `${provider.geminiBaseURL}/models/gemini-2.5-flash`;
+    const stream = await post(`${base}:streamGenerateContent?alt=sse`, geminiBody, { "x-goog-api-key": "k" }, { kind: "error_event", at: { afterToolUseStop: 0 }, error: { type: "overloaded_error", message: "The model is overloaded." } });
+    const chunks = chunksOf(await stream.text());
+    expect(stream.status).toBe(200);
+    expect(chunks.at(-1)).toEqual({ error: { code: 503, message: "The model is overloaded.", status: "UNAVAILABLE" } });
+    expect(chunks.some((c) => c["candidates"]?.[0]?.finishReason)).toBe(false);
+    const whole = (await (await post(`${base}:generateContent`, geminiBody, { "x-goog-api-key": "k" })).json()) as Record<string, any>;
+    expect([whole["candidates"][0].finishReason, whole["candidates"][0].content.parts.find((p: any) => p.functionCall)?.functionCall]).toMatchObject(["STOP", { name: "send_payment", args: { to: "acme", amount_cents: 1200 } }]);
+    const keyless = await post(`${base}:generateContent`, geminiBody, {});
+    expect([keyless.status, ((await keyless.json()) as any).error.status]).toEqual([403, "PERMISSION_DENIED"]);
+    const throttled = await post(`${base}:generateContent`, geminiBody, { "x-goog-api-key": "k" }, { kind: "status", status: 429 });
+    expect([throttled.status, ((await throttled.json()) as any).error]).toMatchObject([429, { code: 429, status: "RESOURCE_EXHAUSTED" }]);
+  });
+});
+
 describe("Vertex AI route", () => {
   it("streams the Messages API's SSE at :streamRawPredict, answers :rawPredict whole, and refuses a request without a bearer token (401) or anthropic_version (400)", async () => {
     const provider = await start();

@@ -1,0 +1,241 @@
+/*
+ * Google's Gemini API (`POST /v1beta/models/{model}:streamGenerateContent?alt=sse`,
+ * `:generateContent` without streaming), as Google's API reference describes it
+ * (GenerateContentRequest, GenerateContentResponse, Candidate.FinishReason, the `x-goog-api-key`
+ * header, the `{error: {code, message, status}}` envelope) and `@ai-sdk/google` 3.0.129 reads it.
+ * The mock's model is the Messages API's: a Gemini request is read as the Messages request it
+ * stands for, and each Messages event the script renders is sent as the Gemini chunk at the same
+ * logical point (or as none), so the same scripts and faults play on this route.
+ */
+
+type Json = Record<string, unknown>;
+
+const isObject = (v: unknown): v is Json => typeof v === "object" && v !== null && !Array.isArray(v);
+
+/** Google's canonical error status for an HTTP status (google.rpc.Code, as the Gemini API's troubleshooting page lists them). */
+export function geminiErrorStatus(status: number): string {
+  switch (status) {
+    case 400:
+      return "INVALID_ARGUMENT";
+    case 401:
+      return "UNAUTHENTICATED";
+    case 403:
+      return "PERMISSION_DENIED";
+    case 404:
+      return "NOT_FOUND";
+    case 429:
+      return "RESOURCE_EXHAUSTED";
+    case 503:
+    case 529:
+      return "UNAVAILABLE";
+    case 504:
+      return "DEADLINE_EXCEEDED";
+    default:
+      return "INTERNAL";
+  }
+}
+
+/** Google's error envelope. */
+export function geminiError(code: number, message: string): { error: { code: number; message: string; status: string } } {
+  return { error: { code, message, status: geminiErrorStatus(code) } };
+}
+
+/** A Messages API error type (as the scripts' faults name them) as the HTTP code Google would send it with. */
+export function geminiErrorCode(type: string): number {
+  switch (type) {
+    case "overloaded_error":
+      return 503;
+    case "rate_limit_error":
+      return 429;
+    case "invalid_request_error":
+      return 400;
+    case "authentication_error":
+      return 401;
+    case "permission_error":
+      return 403;
+    case "not_found_error":
+      return 404;
+    default:
+      return 500;
+  }
+}
+
+/**
+ * A Gemini request body (`contents` of `{role: user|model, parts: [{text}|{functionCall}|{functionResponse}]}`,
+ * `systemInstruction: {parts: [{text}]}`, `tools: [{functionDeclarations}]`, `toolConfig.functionCallingConfig`,
+ * `generationConfig.maxOutputTokens`) as the Messages request it stands for. A call without an `id`
+ * (the Gemini API makes them optional) is paired with its response by name and order. What does not
+ * fit is passed as it is, for the Messages validation to refuse with its own message.
+ */
+export function messagesFromGemini(body: unknown, model: string, stream: boolean): unknown {
+  if (!isObject(body)) return body;
+  const out: Json = { model, stream };
+  const contents = body["contents"];
+  const pending = new Map<string, string[]>();
+  let calls = 0;
+  out["messages"] = Array.isArray(contents)
+    ? contents.map((c: unknown) => {
+        if (!isObject(c) || !Array.isArray(c["parts"])) return c;
+        const content = c["parts"].flatMap((p: unknown): unknown[] => {
+          if (!isObject(p)) return [p];
+          if (typeof p["text"] === "string") return p["text"] === "" ? [] : [{ type: "text", text: p["text"] }];
+          const call = p["functionCall"];
+          if (isObject(call)) {
+            const name = String(call["name"]);
+            const id = typeof call["id"] === "string" ? call["id"] : `gemini_call_${++calls}`;
+            pending.set(name, [...(pending.get(name) ?? []), id]);
+            return [{ type: "tool_use", id, name, input: call["args"] ?? {} }];
+          }
+          const response = p["functionResponse"];
+          if (isObject(response)) {
+            const name = String(response["name"]);
+            const queue = pending.get(name) ?? [];
+            const id = typeof response["id"] === "string" ? response["id"] : (queue[0] ?? `gemini_call_${name}`);
+            pending.set(name, queue.filter((q) => q !== id));
+            const result = isObject(response["response"]) ? response["response"] : {};
+            const text = "content" in result ? result["content"] : result;
+            return [{ type: "tool_result", tool_use_id: id, content: typeof text === "string" ? text : JSON.stringify(text) }];
+          }
+          if ("thoughtSignature" in p) return [];
+          return [p];
+        });
+        return { role: c["role"] === "model" ? "assistant" : c["role"], content };
+      })
+    : contents;
+  const system = body["systemInstruction"];
+  if (isObject(system) && Array.isArray(system["parts"])) {
+    const texts = system["parts"].filter((s): s is { text: string } => isObject(s) && typeof s["text"] === "string").map((s) => s.text);
+    if (texts.length > 0) out["system"] = texts.join("\n");
+  }
+  const generation = isObject(body["generationConfig"]) ? body["generationConfig"] : {};
+  out["max_tokens"] = typeof generation["maxOutputTokens"] === "number" ? generation["maxOutputTokens"] : 8192;
+  if (typeof generation["temperature"] === "number") out["temperature"] = generation["temperature"];
+  const tools = body["tools"];
+  if (Array.isArray(tools)) {
+    // Provider-run tools (googleSearch, codeExecution, urlContext) have no Messages counterpart: the mock does not run them.
+    out["tools"] = tools.flatMap((t: unknown) =>
+      isObject(t) && Array.isArray(t["functionDeclarations"])
+        ? t["functionDeclarations"].map((d: unknown) => {
+            if (!isObject(d)) return d;
+            return { name: d["name"], ...(typeof d["description"] === "string" ? { description: d["description"] } : {}), input_schema: isObject(d["parameters"]) ? d["parameters"] : { type: "object" } };
+          })
+        : [],
+    );
+  }
+  const config = isObject(body["toolConfig"]) ? body["toolConfig"]["functionCallingConfig"] : undefined;
+  if (isObject(config)) {
+    const allowed = config["allowedFunctionNames"];
+    if (config["mode"] === "ANY" && Array.isArray(allowed) && allowed.length === 1) out["tool_choice"] = { type: "tool", name: allowed[0] };
+    else if (config["mode"] === "ANY") out["tool_choice"] = { type: "any" };
+    else if (config["mode"] === "NONE") out["tool_choice"] = { type: "none" };
+  }
+  return out;
+}
+
+/** The Messages API's stop reason as Gemini's finishReason (a call ends with STOP too: Gemini has no reason of its own for it). */
+export function geminiFinishReason(stopReason: unknown): string {
+  switch (stopReason) {
+    case "max_tokens":
+      return "MAX_TOKENS";
+    case "refusal":
+      return "SAFETY";
+    default:
+      return "STOP";
+  }
+}
+
+const candidate = (parts: Json[], extra: Json = {}): Json => ({ candidates: [{ content: { role: "model", parts }, ...extra, index: 0 }] });
+
+/**
+ * Sends a Messages response's events as Gemini's SSE chunks at the same points. Gemini has no
+ * start chunk and no block events: a text delta is a chunk with a text part; a call is whole in
+ * one chunk, its `functionCall` with its parsed `args`, at its block's `content_block_stop`; the
+ * stop reason (`message_delta`) is the last chunk, with `finishReason` and `usageMetadata`. Every
+ * chunk names its response (`responseId`) and the model (`modelVersion`). A spliced response with
+ * its own `message_start` brings its own `responseId`; one without (headless: its first block
+ * restarts an index this response already used) carries none, as a proxy that stitched bodies
+ * together without the upstream's identity would send it.
+ */
+export class GeminiChunks {
+  private responseId: string | undefined;
+  private readonly seen = new Set<number>();
+  private readonly calls = new Map<number, { id: unknown; name: unknown; json: string }>();
+
+  constructor(
+    private readonly model: string,
+    private readonly usage: { input: number; output: number },
+  ) {}
+
+  private chunk(body: Json): Json {
+    return { ...body, ...(this.responseId !== undefined ? { responseId: this.responseId } : {}), modelVersion: this.model };
+  }
+
+  /** The chunk standing at a Messages event's point, or `undefined` where Gemini sends nothing. */
+  of(data: Json): Json | undefined {
+    const index = typeof data["index"] === "number" ? data["index"] : -1;
+    switch (data["type"]) {
+      case "message_start": {
+        const message = isObject(data["message"]) ? data["message"] : {};
+        this.responseId = typeof message["id"] === "string" ? message["id"].replace(/^msg_/, "") : undefined;
+        this.seen.clear();
+        return undefined;
+      }
+      case "content_block_start": {
+        if (this.seen.has(index)) this.responseId = undefined;
+        this.seen.add(index);
+        const block = isObject(data["content_block"]) ? data["content_block"] : {};
+        if (block["type"] === "tool_use") this.calls.set(index, { id: block["id"], name: block["name"], json: "" });
+        return undefined;
+      }
+      case "content_block_delta": {
+        const delta = isObject(data["delta"]) ? data["delta"] : {};
+        if (delta["type"] === "text_delta") return this.chunk(candidate([{ text: delta["text"] }]));
+        if (delta["type"] === "thinking_delta") return this.chunk(candidate([{ text: delta["thinking"], thought: true }]));
+        if (delta["type"] === "input_json_delta") {
+          const call = this.calls.get(index);
+          if (call) call.json += String(delta["partial_json"] ?? "");
+        }
+        return undefined;
+      }
+      case "content_block_stop": {
+        const call = this.calls.get(index);
+        if (!call) return undefined;
+        this.calls.delete(index);
+        const args: unknown = call.json === "" ? {} : JSON.parse(call.json);
+        return this.chunk(candidate([{ functionCall: { id: call.id, name: call.name, args } }]));
+      }
+      case "message_delta": {
+        const delta = isObject(data["delta"]) ? data["delta"] : {};
+        return this.chunk({
+          ...candidate([{ text: "" }], { finishReason: geminiFinishReason(delta["stop_reason"]) }),
+          usageMetadata: { promptTokenCount: this.usage.input, candidatesTokenCount: this.usage.output, totalTokenCount: this.usage.input + this.usage.output },
+        });
+      }
+      default:
+        return undefined;
+    }
+  }
+}
+
+/** One SSE event as the Gemini API sends it with `alt=sse`: a `data:` line, no `event:` name. */
+export const geminiSse = (chunk: Json): string => `data: ${JSON.stringify(chunk)}\r\n\r\n`;
+
+/** The Messages API's whole response as Gemini's GenerateContentResponse. */
+export function geminiWhole(message: Json, model: string): Json {
+  const content = Array.isArray(message["content"]) ? message["content"] : [];
+  const usage = isObject(message["usage"]) ? message["usage"] : {};
+  const input = typeof usage["input_tokens"] === "number" ? usage["input_tokens"] : 0;
+  const output = typeof usage["output_tokens"] === "number" ? usage["output_tokens"] : 0;
+  const parts = content.flatMap((b: unknown): Json[] => {
+    if (!isObject(b)) return [];
+    if (b["type"] === "text") return [{ text: b["text"] }];
+    if (b["type"] === "tool_use") return [{ functionCall: { id: b["id"], name: b["name"], args: b["input"] } }];
+    return [];
+  });
+  return {
+    ...candidate(parts, { finishReason: geminiFinishReason(message["stop_reason"]) }),
+    usageMetadata: { promptTokenCount: input, candidatesTokenCount: output, totalTokenCount: input + output },
+    modelVersion: model,
+    responseId: typeof message["id"] === "string" ? message["id"].replace(/^msg_/, "") : undefined,
+  };
+}
