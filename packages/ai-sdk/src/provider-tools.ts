@@ -24,13 +24,16 @@ const POLICIES: readonly ProviderToolsPolicy[] = ["refuse", "allow-reads"];
 
 /*
  * Provider-defined tools (`type: "provider"`, `id: "<provider>.<tool>"`) by who runs them, as
- * @ai-sdk/anthropic 3.0.140 and @ai-sdk/openai 3.0.141 send them. An id not listed is refused:
+ * @ai-sdk/anthropic 3.0.140, @ai-sdk/openai 3.0.141 and @ai-sdk/google 3.0.129 send them. An id not listed is refused:
  * a new provider tool that acts would otherwise pass silently.
  */
 // The application runs these (the AI SDK executes them like function tools): not provider-run.
 const APP_RUN_IDS = /^(anthropic\.(bash|text_editor|memory|computer|computer_toolset|browser_toolset)_\d+|openai\.(local_shell|apply_patch|custom))$/;
 // Run by the provider, and their runs only read: run again in a retried attempt, they change nothing outside.
-const PROVIDER_READ_IDS = /^(anthropic\.(web_search|web_fetch)_\d+|anthropic\.tool_search_(bm25|regex)(_\d+)?|openai\.(web_search|web_search_preview|file_search|tool_search))$/;
+// @ai-sdk/google 3.0.129's: Google Search (and Vertex AI's enterprise web search), URL context, Google Maps
+// grounding, File Search and a Vertex RAG store retrieve; its code execution runs code, which can act, and is refused.
+const PROVIDER_READ_IDS =
+  /^(anthropic\.(web_search|web_fetch)_\d+|anthropic\.tool_search_(bm25|regex)(_\d+)?|openai\.(web_search|web_search_preview|file_search|tool_search)|google\.(google_search|enterprise_web_search|url_context|google_maps|file_search|vertex_rag_store))$/;
 
 type Runner = "app" | "provider-read" | "provider";
 

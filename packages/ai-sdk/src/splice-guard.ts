@@ -19,6 +19,26 @@ const CONVERSE_EVENTS: ReadonlySet<string> = new Set([
   "validationException",
 ]);
 
+const isRecord = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null && !Array.isArray(v);
+
+/** Google's error envelope, `{ error: { code, message, status } }`, which the Gemini API sends as a stream's `data:` line when it fails mid-stream. */
+function googleError(event: Record<string, unknown>): { code: unknown; message: unknown; status: string } | undefined {
+  const error = event["error"];
+  return isRecord(error) && typeof error["status"] === "string" ? { code: error["code"], message: error["message"], status: error["status"] } : undefined;
+}
+
+/** A Gemini API chunk (a GenerateContentResponse, as `@ai-sdk/google` passes it raw): no `type`, and one of its fields. */
+function isGeminiChunk(event: Record<string, unknown>): boolean {
+  return (
+    Array.isArray(event["candidates"]) ||
+    isRecord(event["usageMetadata"]) ||
+    isRecord(event["promptFeedback"]) ||
+    typeof event["responseId"] === "string" ||
+    typeof event["modelVersion"] === "string" ||
+    googleError(event) !== undefined
+  );
+}
+
 /**
  * Watches one model stream (one request, so one response) for the signs of a second response
  * spliced into its body (AISDK-16). Reads the provider's raw events, which alone carry the
@@ -35,6 +55,11 @@ class SpliceWatch {
   converse = false;
   /** The Converse body's `messageStop` came (its stop reason: the response's finishing event). */
   converseFinished = false;
+  /** A Gemini API body (`@ai-sdk/google`): some raw chunk was a GenerateContentResponse or Google's error envelope. */
+  gemini = false;
+  /** The Gemini body's candidate 0 gave a `finishReason` (or its prompt was blocked): the response's last chunk came. */
+  geminiFinished = false;
+  private geminiResponseId: string | undefined;
   /** The provider passed on an error part (an exception frame, a frame that did not decode): it told the failure itself. */
   errored = false;
   private converseStarted = false;
@@ -54,6 +79,7 @@ class SpliceWatch {
     if (type === undefined) {
       const converse = this.converseEvent(event);
       if (converse !== null) return converse;
+      if (!Array.isArray(event["choices"]) && isGeminiChunk(event)) return this.geminiChunk(event);
     }
     // OpenAI Responses API and Anthropic Messages API: the response's own id at its start.
     if (type === "response.created" || type === "response.in_progress" || type === "message_start") {
@@ -138,14 +164,50 @@ class SpliceWatch {
   }
 
   /**
-   * A Converse body that ended without `messageStop`, seen at the `finish` part the provider makes
-   * at the body's end (it finishes such a body `other`, with no error part). One whose failure the
-   * provider already told by an error part (an exception frame) is left as it is: one error part.
+   * A Gemini API chunk, as `@ai-sdk/google` passes it raw: a GenerateContentResponse (no `type`;
+   * `candidates`, `usageMetadata`, `modelVersion`, `responseId`, each optional) or Google's error
+   * envelope. The Gemini API has no start chunk and no positions (a call comes whole in one
+   * chunk), but names its response in every chunk (`responseId`): a chunk of another id, or
+   * without one once the body's chunks named one, is another response's; so is content after the
+   * chunk that gave candidate 0's `finishReason`, the response's last. `@ai-sdk/google` reads an
+   * error chunk (the API's mid-stream failure, on the 200) as a chunk of nothing, and would finish
+   * the step `other` with the error told to nobody: it is a sign too, naming the error.
    */
-  converseUnfinished(part: Part): string | undefined {
+  private geminiChunk(event: Record<string, unknown>): string | undefined {
+    this.gemini = true;
+    const error = googleError(event);
+    if (error !== undefined) return `error chunk ${String(error.code)} ${error.status}: ${String(error.message)}`;
+    const candidate = Array.isArray(event["candidates"]) ? (event["candidates"] as unknown[]).find((c) => isRecord(c) && (c["index"] ?? 0) === 0) : undefined;
+    const content = isRecord(candidate) && isRecord(candidate["content"]) ? candidate["content"] : undefined;
+    const parts = content !== undefined && Array.isArray(content["parts"]) ? (content["parts"] as unknown[]) : [];
+    // An empty text part (the last chunk's, beside its finishReason) carries nothing.
+    const carries = parts.some((p) => !(isRecord(p) && p["text"] === "" && Object.keys(p).length === 1));
+    if (this.geminiFinished && carries) return "a chunk after finishReason: another response's content in the Gemini stream";
+    const id = event["responseId"];
+    if (typeof id === "string") {
+      if (this.geminiResponseId !== undefined && id !== this.geminiResponseId) return `responseId second_response: a second response (${id}) began in the stream of ${this.geminiResponseId}`;
+      this.geminiResponseId = id;
+    } else if (this.geminiResponseId !== undefined && carries) {
+      return `a chunk without the responseId the stream's chunks carried (${this.geminiResponseId}): another response's chunk in the Gemini stream`;
+    }
+    if (isRecord(candidate) && typeof candidate["finishReason"] === "string" && candidate["finishReason"] !== "") this.geminiFinished = true;
+    // A blocked prompt is answered by a chunk of promptFeedback alone: the response, whole.
+    if (isRecord(event["promptFeedback"]) && typeof event["promptFeedback"]["blockReason"] === "string") this.geminiFinished = true;
+    return undefined;
+  }
+
+  /**
+   * A Converse body that ended without `messageStop`, or a Gemini body without candidate 0's
+   * `finishReason`, seen at the `finish` part the provider makes at the body's end (each provider
+   * finishes such a body `other`, with no error part). One whose failure the provider already told
+   * by an error part (an exception frame) is left as it is: one error part.
+   */
+  bodyUnfinished(part: Part): string | undefined {
     if (part.type === "error") this.errored = true;
-    if (!this.converse || this.converseFinished || this.errored || part.type !== "finish") return undefined;
-    return "the Converse body ended without messageStop (before its finish): the response was cut";
+    if (this.errored || part.type !== "finish") return undefined;
+    if (this.converse && !this.converseFinished) return "the Converse body ended without messageStop (before its finish): the response was cut";
+    if (this.gemini && !this.geminiFinished) return "the Gemini body ended without a finishReason (before its finish): the response was cut";
+    return undefined;
   }
 
   /** A `response-metadata` part: the AI SDK's own sign of a response's start, for providers whose raw events this does not read. */
@@ -177,8 +239,8 @@ class SpliceWatch {
  * as its `error` part (and to `onError`) and ends the step with finish reason `"error"`; the
  * request is a failed attempt, not to be kept (AISDK-8) but sent again (AISDK-6). Raw parts
  * reach the app only when it asked for them (`includeRawChunks`). It reads the raw events of the
- * Responses API, the Messages API, Chat Completions and Bedrock's Converse API; of any other
- * provider it sees only a second `response-metadata` id.
+ * Responses API, the Messages API, Chat Completions, Bedrock's Converse API and Google's Gemini
+ * API (`@ai-sdk/google`); of any other provider it sees only a second `response-metadata` id.
  * @example const model = wrapLanguageModel({ model: openai.responses("gpt-5"), middleware: [providerToolsGuard(), spliceGuard()] });
  */
 export function spliceGuard(options: Record<string, never> = {}): LanguageModelMiddleware {
@@ -194,13 +256,13 @@ export function spliceGuard(options: Record<string, never> = {}): LanguageModelM
       const stream = result.stream.pipeThrough(
         new TransformStream<Part, Part>({
           transform(part, controller) {
-            const sign = part.type === "raw" ? watch.raw(part.rawValue) : part.type === "response-metadata" ? watch.metadata(part) : (watch.unfinished(part) ?? watch.converseUnfinished(part));
+            const sign = part.type === "raw" ? watch.raw(part.rawValue) : part.type === "response-metadata" ? watch.metadata(part) : (watch.unfinished(part) ?? watch.bodyUnfinished(part));
             if (sign !== undefined) {
               // Ends here: nothing of the spliced response (its tool-call parts) reaches the AI SDK,
               // and the provider's body is cancelled. An error part, not an errored stream: the AI SDK
               // ends the step with finish reason "error" and tells the app's onError, as it does for
               // a provider's own in-stream error; an errored stream would skip onError and throw from fullStream.
-              controller.enqueue({ type: "error", error: new StreamIncompleteError(watch.events, watch.chat ? "choice 0's finish_reason" : watch.converse ? "messageStop" : "its finishing event", sign) });
+              controller.enqueue({ type: "error", error: new StreamIncompleteError(watch.events, watch.chat ? "choice 0's finish_reason" : watch.converse ? "messageStop" : watch.gemini ? "finishReason" : "its finishing event", sign) });
               controller.terminate();
               return;
             }
