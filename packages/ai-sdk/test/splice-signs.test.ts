@@ -99,3 +99,43 @@ describe("spliceGuard's signs of a second response (AISDK-16)", () => {
     });
   }
 });
+
+describe("spliceGuard's signs over Google's Gemini chunks (AISDK-16)", () => {
+  const g = (responseId: string | undefined, parts: unknown[], finishReason?: string) => ({
+    candidates: [{ content: { role: "model", parts }, ...(finishReason ? { finishReason } : {}), index: 0 }],
+    ...(responseId !== undefined ? { responseId } : {}),
+    modelVersion: "gemini-2.5-flash",
+  });
+  const call = { functionCall: { name: "pay", args: { to: "acme" } } };
+
+  it("a whole Gemini body passes: a usage-only chunk after finishReason, chunks that never name a response, a prompt blocked by promptFeedback", async () => {
+    const usage = { usageMetadata: { promptTokenCount: 1, totalTokenCount: 2 }, responseId: "r1", modelVersion: "gemini-2.5-flash" };
+    for (const events of [
+      [g("r1", [{ text: "a" }]), g("r1", [call]), g("r1", [{ text: "" }], "STOP"), usage],
+      [g(undefined, [call]), g(undefined, [{ text: "b" }], "STOP")],
+      [{ promptFeedback: { blockReason: "SAFETY" }, usageMetadata: { promptTokenCount: 1 } }],
+    ]) {
+      const r = await guarded(events, [{ type: "finish" }]);
+      expect(r.error, JSON.stringify(events)).toBeUndefined();
+      expect(r.passed).toEqual(events.map((_, i) => i));
+    }
+  });
+
+  it("fails at a chunk of another responseId, at content without the responseId, at content after finishReason, at an error chunk, and at a finish without finishReason", async () => {
+    const cases: [unknown[], Part[], RegExp, number[]][] = [
+      [[g("r1", [call]), g("r2", [call])], [], /^responseId second_response: a second response \(r2\) began in the stream of r1$/, [0]],
+      [[g("r1", [call]), g(undefined, [call])], [], /^a chunk without the responseId the stream's chunks carried \(r1\)/, [0]],
+      [[g("r1", [call], "STOP"), g("r1", [call])], [], /^a chunk after finishReason/, [0]],
+      [[g("r1", [{ text: "a" }]), { error: { code: 429, message: "Resource exhausted", status: "RESOURCE_EXHAUSTED" } }], [], /^error chunk 429 RESOURCE_EXHAUSTED: Resource exhausted$/, [0]],
+      [[g("r1", [call])], [{ type: "finish" }], /^the Gemini body ended without a finishReason/, [0]],
+    ];
+    for (const [events, extra, sign, passed] of cases) {
+      const r = await guarded(events, extra);
+      expect(StreamIncompleteError.isInstance(r.error), JSON.stringify(events)).toBe(true);
+      expect((r.error as StreamIncompleteError).streamError).toMatch(sign);
+      expect((r.error as StreamIncompleteError).finishEvent).toBe("finishReason");
+      expect(r.passed).toEqual(passed);
+      expect(r.seen.some((p) => p.type === "finish")).toBe(false);
+    }
+  });
+});
