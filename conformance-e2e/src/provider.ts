@@ -359,17 +359,19 @@ const platformClients: { bedrock?: typeof AnthropicBedrock; vertex?: typeof Anth
  * the kit's own tests stand in an install without the optional peer here (a module mock cannot,
  * once another test file in the same process imported the SDK into the shared module graph).
  */
-export const platformImports = {
-  bedrock: async (): Promise<typeof AnthropicBedrock> => (await import("@anthropic-ai/bedrock-sdk")).AnthropicBedrock,
-  vertex: async (): Promise<typeof AnthropicVertex> => (await import("@anthropic-ai/vertex-sdk")).AnthropicVertex,
+// Typed without the SDKs' own types: this module's declarations ship with the package, and an
+// install without the optional peers must still type-check against them (pack-install's tsc).
+export const platformImports: { bedrock: () => Promise<unknown>; vertex: () => Promise<unknown>; loaded: { bedrock?: unknown; vertex?: unknown } } = {
+  bedrock: async () => (await import("@anthropic-ai/bedrock-sdk")).AnthropicBedrock,
+  vertex: async () => (await import("@anthropic-ai/vertex-sdk")).AnthropicVertex,
   loaded: platformClients,
 };
 
 /** Imports the platform's SDK once per process; false when it is not installed (an optional peer dependency). */
 async function loadPlatform(platform: Exclude<AnthropicPlatform, "messages">): Promise<boolean> {
   try {
-    if (platform === "bedrock") platformClients.bedrock ??= await platformImports.bedrock();
-    else platformClients.vertex ??= await platformImports.vertex();
+    if (platform === "bedrock") platformClients.bedrock ??= (await platformImports.bedrock()) as typeof AnthropicBedrock;
+    else platformClients.vertex ??= (await platformImports.vertex()) as typeof AnthropicVertex;
     return true;
   } catch (error) {
     const code = (error as { code?: unknown } | undefined)?.code;
