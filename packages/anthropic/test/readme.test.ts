@@ -201,6 +201,25 @@ describe("README", () => {
     }
   });
 
+  it("RECORD-5 the adoption example tells the user to re-send only a failed turn the record says a re-send can help (a permanent 400 is not a lost connection)", async () => {
+    const provider = await startMockProvider({ script: scriptFromPlans({ "pay bad": turn(say("no")), "pay later": turn(say("no")) }) });
+    try {
+      const runner = createRunner(new Anthropic({ baseURL: provider.baseURL, apiKey: "test", maxRetries: 0 }));
+      provider.setFaultRules([{ bodyContains: '"pay bad"}]', fault: { kind: "status", status: 400 } }]);
+      const refused = await handleUserMessage(runner, "conv-400", "msg-1", "pay bad");
+      expect(refused).not.toMatch(/retry|connection lost/);
+      expect(refused).toContain("sending it again will not help");
+      expect(refused).toContain("400");
+      // Throttled on every attempt: nothing ran, and the same message can be sent again.
+      provider.setFaultRules([{ bodyContains: '"pay later"}]', fault: { kind: "status", status: 429, retryAfterMs: 1 } }]);
+      const throttled = await handleUserMessage(runner, "conv-429", "msg-1", "pay later");
+      expect(throttled).toMatch(/send the same message again/);
+      expect(throttled).not.toContain("will not help");
+    } finally {
+      await provider.close();
+    }
+  });
+
   it("RECORD-8 the adoption example tells the user a payment an earlier holder of the turn made that the committed answer does not", async () => {
     // Worker A paid and paused before its commit, past its turn lease (a GC pause, a SIGSTOP);
     // worker B resumed the turn (TURN-15) and its model answered with text only. The committed
