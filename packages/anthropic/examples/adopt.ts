@@ -48,7 +48,7 @@ export async function handleUserMessage(runner: ConversationRunner, conversation
     // help (not after a permanent 4xx from the model API, a refusal or a max_tokens stop in a call).
     const { retryable, error: cause } = error.record;
     const advice = retryable ? "the answer did not complete; send the same message again" : `the turn failed and sending it again will not help (${cause.message})`;
-    return error.record.effects.map(told).join("\n") || advice;
+    return [...error.record.effects.map(told), advice].join("\n");
   }
 }
 

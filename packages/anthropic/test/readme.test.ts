@@ -186,7 +186,9 @@ describe("README", () => {
       const runner = createRunner(new Anthropic({ baseURL: provider.baseURL, apiKey: "test", maxRetries: 0 }));
       const failed = await handleUserMessage(runner, "conv-1", "msg-1", "pay acme");
       // Which payment, with the arguments that ran (the first attempt's memo, not a replay's re-wording).
-      expect(failed).toBe('send_payment: happened {"payee":"acme","memo":"May","amount":100,"currency":"EUR"}');
+      expect(failed.split("\n")[0]).toBe('send_payment: happened {"payee":"acme","memo":"May","amount":100,"currency":"EUR"}');
+      // RECORD-5 and what to do: the record is retryable, so the user is told the re-send completes it.
+      expect(failed).toContain("send the same message again");
       expect(payments).toHaveLength(1);
 
       // The user re-sends the same message: the turn now completes from the ledger.
