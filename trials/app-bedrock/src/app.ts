@@ -83,10 +83,10 @@ export async function openApp(config: AppConfig) {
     } catch (error) {
       if (TurnFailedError.isInstance(error)) {
         const effects = error.record.effects.map(effectOfEntry);
-        const nothing = error.record.retryable
+        const advice = error.record.retryable
           ? "the answer did not complete; send the same message again"
           : `the turn failed and sending it again will not help (${error.record.error.code ?? error.record.error.name}: ${error.record.error.message})`;
-        return { status: "failed", text: effects.map(say).join("\n") || nothing, effects, retryable: error.record.retryable, cause: `${error.record.error.code ?? error.record.error.name}: ${error.record.error.message}` };
+        return { status: "failed", text: [...effects.map(say), advice].join("\n"), effects, retryable: error.record.retryable, cause: `${error.record.error.code ?? error.record.error.name}: ${error.record.error.message}` };
       }
       // The store failed at the turn's end after calls ran (RECORD-9).
       if (StoreUnavailableError.isInstance(error) && error.effects !== undefined) {
