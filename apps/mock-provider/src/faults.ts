@@ -33,6 +33,7 @@ export const faultSchema = z.discriminatedUnion("kind", [
   z.object({ kind: z.literal("reset"), at: faultPositionSchema, timing: partialTiming.optional() }).strict(),
   z.object({ kind: z.literal("tcp_reset"), at: faultPositionSchema, timing: partialTiming.optional() }).strict(),
   z.object({ kind: z.literal("clean_close"), at: faultPositionSchema, timing: partialTiming.optional() }).strict(),
+  z.object({ kind: z.literal("truncate"), at: faultPositionSchema, timing: partialTiming.optional() }).strict(),
   z
     .object({
       kind: z.literal("error_event"),

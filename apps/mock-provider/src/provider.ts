@@ -589,7 +589,7 @@ class Provider implements MockProvider {
   private settleThread(record: RequestRecord, context: ThreadContext, outcome: RequestRecord["outcome"]): void {
     const whole = outcome === "complete" || record.events.some((e) => e.type === "message_stop");
     const cutButGenerated =
-      this.options.threads?.storeCutReplies === true && ["reset", "tcp_reset", "clean_close", "client_closed"].includes(outcome);
+      this.options.threads?.storeCutReplies === true && ["reset", "tcp_reset", "clean_close", "truncate", "client_closed"].includes(outcome);
     const stored = context.reply !== undefined && (whole || cutButGenerated);
     if (stored) {
       this.threads.set(context.reply!.id, {
@@ -766,8 +766,8 @@ class Provider implements MockProvider {
     control.post("/cut", (req, res) => {
       const body = (req.body ?? {}) as { requestNumber?: number; kind?: CutKind; error?: ApiErrorBody };
       const kind = body.kind ?? "reset";
-      if (!["reset", "tcp_reset", "clean_close", "error_event"].includes(kind)) {
-        throw new MockProviderError("invalid_fault", `kind must be reset, tcp_reset, clean_close or error_event`);
+      if (!["reset", "tcp_reset", "clean_close", "truncate", "error_event"].includes(kind)) {
+        throw new MockProviderError("invalid_fault", `kind must be reset, tcp_reset, clean_close, truncate or error_event`);
       }
       this.cutNow(body.requestNumber, kind, body.error);
       res.json({ ok: true });
@@ -1083,7 +1083,7 @@ class Provider implements MockProvider {
         const action = await this.holdHere(record, 0, undefined, res);
         if (action.type === "gone") return this.finish(record, "client_closed");
         kind = action.type === "release" ? "release" : action.kind;
-        if (kind === "clean_close" || kind === "error_event") kind = "reset";
+        if (kind === "clean_close" || kind === "truncate" || kind === "error_event") kind = "reset";
       }
       if (kind === "reset" || kind === "tcp_reset") {
         // No response at all: the SDK sees a connection error (and retries it, maxRetries).
@@ -1186,6 +1186,20 @@ class Provider implements MockProvider {
     const messageUsage = (rendered.message as { usage?: { input_tokens?: number; output_tokens?: number } }).usage;
     const converseUsage = { input: messageUsage?.input_tokens ?? 0, output: messageUsage?.output_tokens ?? 0 };
     const gemini = api === "gemini" ? new GeminiChunks(String((rendered.message as { model?: unknown }).model ?? ""), converseUsage) : undefined;
+    // One event's bytes on this route, or undefined when the route sends nothing for it (for `truncate`).
+    const encodeAlone = (planned: PlannedEvent): Buffer | undefined => {
+      if (api === "bedrock") return bedrockChunk(planned.data);
+      if (api === "converse") {
+        const event = converseEventOf(planned.data, converseUsage);
+        return event ? converseFrame(event[0], event[1]) : undefined;
+      }
+      if (gemini) {
+        const chunk = gemini.of(planned.data);
+        return chunk ? Buffer.from(geminiSse(chunk)) : undefined;
+      }
+      return Buffer.from(`event: ${planned.type}\ndata: ${JSON.stringify(planned.data)}\n\n`);
+    };
+    let nextEvent = 0;
     const write = (planned: PlannedEvent, index: number) => {
       const sent: SentEvent = {
         requestNumber: record.requestNumber,
@@ -1240,6 +1254,14 @@ class Provider implements MockProvider {
       } else if (kind === "clean_close") {
         this.finish(record, "clean_close", 200);
         res.end();
+      } else if (kind === "truncate") {
+        // The first half of the event due now (the next one that has bytes on this route), then a clean end.
+        let bytes: Buffer | undefined;
+        for (let i = nextEvent; i < rendered.events.length && bytes === undefined; i++) bytes = encodeAlone(rendered.events[i]!);
+        // Events already batched (an afterMs cut between two writes) go out whole before it.
+        const pending = api === "bedrock" || api === "converse" ? Buffer.concat(batchBytes) : Buffer.from(batchText);
+        this.finish(record, "truncate", 200);
+        res.end(Buffer.concat([pending, bytes === undefined ? Buffer.alloc(0) : bytes.subarray(0, Math.floor(bytes.length / 2))]));
       } else {
         // Destroying the socket leaves the chunked body unterminated: undici reports "terminated".
         this.finish(record, kind, 200);
@@ -1285,6 +1307,7 @@ class Provider implements MockProvider {
     try {
       const events = rendered.events;
       for (let i = 0; i < events.length && !ended; i++) {
+        nextEvent = i;
         const planned = events[i]!;
         let delay = i === 0 ? timing.firstEventMs : timing.betweenEventsMs;
         if (i > 0 && events[i - 1]!.type === "content_block_stop") delay += timing.afterBlockStopMs;
@@ -1305,6 +1328,7 @@ class Provider implements MockProvider {
       }
       if (!ended) await flush();
       if (!ended && !res.headersSent) res.flushHeaders();
+      nextEvent = events.length;
       if (!ended && cutAt === events.length) await holdOrCut(events.length);
       if (!ended) {
         ended = true;

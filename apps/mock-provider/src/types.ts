@@ -106,6 +106,9 @@ export interface ApiErrorBody {
  * - `tcp_reset`: like `reset` but with a TCP RST (socket.resetAndDestroy()); bytes in flight may be lost.
  * - `clean_close`: res.end() without `message_stop`; the raw iterator simply ends.
  * - `error_event`: an `event: error` (default overloaded_error) then res.end(); the SDK raises APIError.
+ * - `truncate`: the first half (in bytes) of the event due at the position, then res.end(): on Bedrock
+ *   an event-stream message cut inside (the SDK throws `Truncated event message received.`); on an
+ *   SSE route a partial event.
  * - `hold`: the stream pauses at the position until `release()` or `cutNow()` (the on_signal cut).
  * - `status`: an HTTP error status before the stream starts (default 529 overloaded_error). The SDK
  *   retries 408/409/429/5xx itself (maxRetries, default 2) unless `shouldRetry: false`.
@@ -115,6 +118,7 @@ export type Fault =
   | { kind: "reset"; at: FaultPosition; timing?: Partial<Timing> }
   | { kind: "tcp_reset"; at: FaultPosition; timing?: Partial<Timing> }
   | { kind: "clean_close"; at: FaultPosition; timing?: Partial<Timing> }
+  | { kind: "truncate"; at: FaultPosition; timing?: Partial<Timing> }
   | { kind: "error_event"; at: FaultPosition; error?: ApiErrorBody; timing?: Partial<Timing> }
   | { kind: "hold"; at: FaultPosition; timing?: Partial<Timing> }
   | {
@@ -140,7 +144,7 @@ export type Fault =
   /** No fault, only different delays for this response. */
   | { kind: "timing"; timing: Partial<Timing> };
 
-export type CutKind = "reset" | "tcp_reset" | "clean_close" | "error_event";
+export type CutKind = "reset" | "tcp_reset" | "clean_close" | "truncate" | "error_event";
 
 /** Facts about a request a fault plan can decide on. */
 export interface RequestInfo {
@@ -177,6 +181,7 @@ export type ResponseOutcome =
   | "reset"
   | "tcp_reset"
   | "clean_close"
+  | "truncate"
   | "error_event"
   | "status"
   | "invalid_request"

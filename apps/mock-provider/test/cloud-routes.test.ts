@@ -88,6 +88,36 @@ describe("Amazon Bedrock route", () => {
     }
   });
 
+  it("STREAM-1 a truncate fault ends the body inside the event-stream message due at its position (the whole ones before it intact); held and cut with cutNow the same; on /v1/messages a partial SSE event", async () => {
+    const provider = await start();
+    const url = `${provider.bedrockBaseURL}/model/claude-test/invoke-with-response-stream`;
+    const typeOf = (f: { payload: unknown }) => (JSON.parse(Buffer.from((f.payload as { bytes: string }).bytes, "base64").toString("utf8")) as { type: string }).type;
+    const split = (bytes: Buffer) => {
+      let at = 0;
+      while (at + 4 <= bytes.length && at + bytes.readUInt32BE(at) <= bytes.length) at += bytes.readUInt32BE(at);
+      return { whole: decodeEventStream(bytes.subarray(0, at)), rest: bytes.subarray(at) };
+    };
+    const cut = split(Buffer.from(await (await post(url, cloudBody, { authorization: sigV4 }, { kind: "truncate", at: { beforeMessageStop: true } })).arrayBuffer()));
+    expect(cut.whole.map(typeOf)[0]).toBe("message_start");
+    expect(cut.whole.map(typeOf).at(-1)).toBe("message_delta"); // every message up to message_delta, whole
+    expect(cut.rest.length).toBeGreaterThan(0);
+    expect(cut.rest.length).toBeLessThan(cut.rest.readUInt32BE(0)); // the message_stop message, begun and not finished
+    expect(provider.requests.at(-1)).toMatchObject({ outcome: "truncate", faultFired: true });
+
+    const held = post(url, cloudBody, { authorization: sigV4 }, { kind: "hold", at: { afterToolUseStop: 0 } });
+    const hold = await provider.waitForHold(undefined, { timeoutMs: 5000 });
+    provider.cutNow(hold.requestNumber, "truncate");
+    const cutNow = split(Buffer.from(await (await held).arrayBuffer()));
+    expect(cutNow.whole.map(typeOf).at(-1)).toBe("content_block_stop");
+    expect(cutNow.rest.length).toBeLessThan(cutNow.rest.readUInt32BE(0));
+
+    const sse = await post(`${provider.baseURL}/v1/messages`, { model: "claude-test", max_tokens: 200, messages, tools, stream: true }, { "x-api-key": "k", "anthropic-version": "2023-06-01" }, { kind: "truncate", at: { beforeMessageStop: true } });
+    const text = await sse.text();
+    expect(text).toContain("event: message_delta");
+    expect(text.endsWith("\n\n")).toBe(false);
+    expect(text.slice(text.lastIndexOf("\n\n") + 2)).toMatch(/^event: message_stop\n/);
+  });
+
   it("answers /invoke with the whole message; refuses an unsigned request (403), a body without anthropic_version (400), and a status fault in Bedrock's envelope", async () => {
     const provider = await start();
     const url = `${provider.bedrockBaseURL}/model/claude-test/invoke`;
