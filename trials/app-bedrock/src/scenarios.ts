@@ -197,6 +197,17 @@ async function cuts() {
   console.log(`    the runner saw: ${seen.join(" | ")}`);
   await stop(shaped);
   await judge("1 event stream truncated inside a message after the payment: the runner retries", c, [r], { ok: (r.status === "answered" && seen.length === 1 && seen[0]!.includes("Truncated event message received")) || { r, seen } });
+  // The same with the mock's own `truncate` cut (added on this branch, FRICTION 2).
+  {
+    const c = "c-cut-truncate-fault";
+    const p = app.send(c, "m1", `pay acme 1250 ref ${c}`);
+    const n = await holdAfterPayment(c);
+    provider.cutNow(n, "truncate");
+    const r = await p;
+    const seen = failuresOf(app, c);
+    console.log(`    the runner saw: ${seen.join(" | ")}`);
+    await judge("1 the mock's truncate cut after the payment: the runner retries", c, [r], { ok: (r.status === "answered" && seen.length === 1 && seen[0]!.includes("Truncated event message received")) || { r, seen } });
+  }
   // The SDK's own retry: a 429 / 503 before the headers (attempt 1), then a cut after the payment (attempt 2).
   for (const status of [429, 503]) {
     const c = `c-cut-sdk-${status}`;
