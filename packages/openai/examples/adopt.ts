@@ -48,8 +48,11 @@ export async function handleUserMessage(runner: ConversationRunner, conversation
     }
     if (!TurnFailedError.isInstance(error)) throw error; // by brand and code: any copy of the package
     // Nothing was written to the conversation. Tell the user what happened to each effect, in
-    // every attempt, and let them re-send the SAME message id (record.retryable says it can help).
-    return error.record.effects.map(told).join("\n") || "connection lost; please retry";
+    // every attempt, and let them re-send the SAME message id when record.retryable says it can
+    // help (not after a permanent 4xx from the model API, a refusal or an output limit in a call).
+    const { retryable, error: cause } = error.record;
+    const advice = retryable ? "the answer did not complete; send the same message again" : `the turn failed and sending it again will not help (${cause.message})`;
+    return [...error.record.effects.map(told), advice].join("\n");
   }
 }
 

@@ -35,7 +35,9 @@ describe("README", () => {
       const runner = createRunner(new OpenAI({ baseURL: provider.baseURL, apiKey: "test", maxRetries: 0 }));
       const failed = await handleUserMessage(runner, "conv-1", "msg-1", "pay acme");
       // Which payment, with the arguments that ran (the first attempt's memo, not a replay's re-wording).
-      expect(failed).toBe('send_payment: happened {"payee":"acme","currency":"EUR","amount":100,"memo":"May"}');
+      expect(failed.split("\n")[0]).toBe('send_payment: happened {"payee":"acme","currency":"EUR","amount":100,"memo":"May"}');
+      // RECORD-5 and what to do: the record is retryable, so the user is told the re-send completes it.
+      expect(failed).toContain("send the same message again");
       expect(payments).toHaveLength(1);
 
       // The user re-sends the same message: the turn now completes from the ledger.
@@ -46,6 +48,24 @@ describe("README", () => {
       const refused = await handleUserMessage(runner, "conv-1", "msg-2", "pay acme a lot");
       expect(refused).toContain("send_payment failed: amount over the account's limit");
       expect(payments).toHaveLength(1);
+    } finally {
+      await provider.close();
+    }
+  });
+
+  it("RECORD-5 the adoption example tells the user to re-send only a failed turn the record says a re-send can help (a permanent 400 is not a lost connection)", async () => {
+    const provider = await startMockOpenAI({ script: scriptFromPlans({ "pay bad": respond(say("no")), "pay later": respond(say("no")) }) });
+    try {
+      const runner = createRunner(new OpenAI({ baseURL: provider.baseURL, apiKey: "test", maxRetries: 0 }));
+      provider.setFaultPlan((request) => (JSON.stringify(request.input).includes('"pay bad"') ? { kind: "status", status: 400 } : JSON.stringify(request.input).includes('"pay later"') ? { kind: "status", status: 429 } : undefined));
+      const refused = await handleUserMessage(runner, "conv-400", "msg-1", "pay bad");
+      expect(refused).not.toMatch(/retry|connection lost/);
+      expect(refused).toContain("sending it again will not help");
+      expect(refused).toContain("400");
+      // Throttled on every attempt: nothing ran, and the same message can be sent again.
+      const throttled = await handleUserMessage(runner, "conv-429", "msg-1", "pay later");
+      expect(throttled).toMatch(/send the same message again/);
+      expect(throttled).not.toContain("will not help");
     } finally {
       await provider.close();
     }
