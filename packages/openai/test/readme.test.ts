@@ -54,7 +54,7 @@ describe("README", () => {
   });
 
   it("RECORD-5 the adoption example tells the user to re-send only a failed turn the record says a re-send can help (a permanent 400 is not a lost connection)", async () => {
-    const provider = await startMockOpenAI({ script: scriptFromPlans({ "pay bad": respond(say("no")), "pay later": respond(say("no")) }) });
+    const provider = await startMockOpenAI({ script: scriptFromPlans({ "pay bad": say("no"), "pay later": say("no") }) });
     try {
       const runner = createRunner(new OpenAI({ baseURL: provider.baseURL, apiKey: "test", maxRetries: 0 }));
       provider.setFaultPlan((request) => (JSON.stringify(request.input).includes('"pay bad"') ? { kind: "status", status: 400 } : JSON.stringify(request.input).includes('"pay later"') ? { kind: "status", status: 429 } : undefined));
