@@ -1,9 +1,24 @@
 import { randomUUID } from "node:crypto";
 import { createOpenAI } from "@ai-sdk/openai";
-import { createOnceTools, dispatchOnceOf, spliceGuard, turnIndexOf } from "@dispatch-once/ai-sdk";
+import { createOnceTools, dispatchOnceOf, providerToolsGuard, spliceGuard, turnIndexOf } from "@dispatch-once/ai-sdk";
 import { ToolError, catalogueEntry, canonicalize, type DispatcherOptions, type FailureDisposition, type Ledger } from "@dispatch-once/core";
 import type { LedgerFixture, LedgerSubject } from "@dispatch-once/conformance/ledger";
 import { lastUserText, responsesView, scriptFromPlans, call, reasoning, respond, say as sayText, startMockOpenAI, type MockOpenAI, type RequestRecord, type ResponsesRequest, type ScriptedResponse } from "@dispatch-once/mock-openai";
+import {
+  lastUserPromptIndex,
+  messagesFromConverse,
+  messagesFromGemini,
+  say as sayMessage,
+  startMockProvider,
+  toolUse,
+  turn as messagesTurn,
+  type AssistantTurn,
+  type Fault as ProviderFault,
+  type MessagesRequest,
+  type MockProvider,
+  type RequestRecord as ProviderRecord,
+  type ScriptedContent,
+} from "@dispatch-once/mock-provider";
 import {
   DISPOSITION_BY_OUTCOME,
   PaymentsError,
@@ -15,9 +30,9 @@ import {
 } from "@dispatch-once/mock-payments";
 import { stepCountIs, streamText, tool, wrapLanguageModel, type LanguageModel, type ModelMessage, type ToolSet } from "ai";
 import { z } from "zod";
-import { APPROVAL_MARK, callsBeforeFollowUp, divergedStepsOf, followUpStepOf, messagesOf, stepsOf, type AiSdkChatPlan, type AiSdkDeath, type AiSdkMessagePlan, type AiSdkScenario, type AiSdkSplice } from "./ai-sdk-scenario.js";
+import { APPROVAL_MARK, callsBeforeFollowUp, divergedStepsOf, followUpStepOf, messagesOf, stepsOf, type AiSdkChatPlan, type AiSdkCut, type AiSdkDeath, type AiSdkMessagePlan, type AiSdkScenario, type AiSdkSplice } from "./ai-sdk-scenario.js";
 import type { OracleViolation } from "./oracle.js";
-import { openAIPosition } from "./provider.js";
+import { anthropicPosition, openAIPosition } from "./provider.js";
 import type { PlannedCall } from "./scenario.js";
 import { TOOL_SHAPES, short } from "./world.js";
 
@@ -111,22 +126,76 @@ export interface AiSdkAppOptions {
    * or `"chat"` (`openai.chat(...)`, Chat Completions, against the mock's `/v1/chat/completions`,
    * the way OpenAI-compatible servers are used). Under `"chat"` `runEndToEnd` draws no splices
    * (the mock has none on that API); cuts fall at the same positions, read on its chunks.
+   * `"converse"` (`@ai-sdk/amazon-bedrock`, Bedrock's Converse API) and `"gemini"`
+   * (`@ai-sdk/google`, the Gemini API) run against apps/mock-provider's routes, the model under
+   * `providerToolsGuard()` too; every scenario kind is drawn there, splices included. Their
+   * packages are optional peers: a run without the one it needs is refused, naming it.
    * @default "responses"
    * @example { modelApi: "chat" }
    */
-  modelApi?: "responses" | "chat";
+  modelApi?: AiSdkModelApi;
+}
+
+/**
+ * The model APIs the profile's app can speak: OpenAI's Responses and Chat Completions (against
+ * apps/mock-openai), Amazon Bedrock's Converse (`@ai-sdk/amazon-bedrock`) and Google's Gemini
+ * (`@ai-sdk/google`), both against apps/mock-provider's routes.
+ */
+export const AI_SDK_MODEL_APIS = ["responses", "chat", "converse", "gemini"] as const;
+export type AiSdkModelApi = (typeof AI_SDK_MODEL_APIS)[number];
+
+/** The routes of apps/mock-provider: the same scripts and faults as its Messages API, rendered in the cloud API's stream. */
+const CLOUD_APIS = new Set<AiSdkModelApi>(["converse", "gemini"]);
+export const isCloudModelApi = (api: AiSdkModelApi | undefined): api is "converse" | "gemini" => api !== undefined && CLOUD_APIS.has(api);
+
+/**
+ * The cloud providers' packages, imported when a run asks for their API (optional peers of the
+ * kit, as `@anthropic-ai/bedrock-sdk` is). Kept as an object so a test can stand in for a
+ * missing install.
+ */
+export const aiSdkCloudImports = {
+  converse: async () => (await import("@ai-sdk/amazon-bedrock")).createAmazonBedrock,
+  gemini: async () => (await import("@ai-sdk/google")).createGoogleGenerativeAI,
+};
+const CLOUD_PACKAGES = { converse: "@ai-sdk/amazon-bedrock", gemini: "@ai-sdk/google" } as const;
+
+/** The cloud API's model at the mock's route, with credentials that need no network (Bedrock: static AWS keys, SigV4-signed). */
+async function cloudModel(api: "converse" | "gemini", mock: MockProvider): Promise<Parameters<typeof wrapLanguageModel>[0]["model"]> {
+  try {
+    if (api === "converse") {
+      const createAmazonBedrock = await aiSdkCloudImports.converse();
+      return createAmazonBedrock({ baseURL: mock.bedrockBaseURL, region: "us-east-1", accessKeyId: "AKIDEXAMPLE", secretAccessKey: "conformance" })("anthropic.claude-sonnet-4-5-20250929-v1:0");
+    }
+    const createGoogleGenerativeAI = await aiSdkCloudImports.gemini();
+    return createGoogleGenerativeAI({ baseURL: mock.geminiBaseURL, apiKey: "conformance" })("gemini-2.5-flash");
+  } catch (error) {
+    const code = (error as { code?: unknown } | undefined)?.code;
+    if (code === "ERR_MODULE_NOT_FOUND" || code === "MODULE_NOT_FOUND") {
+      throw new TypeError(`aiSdk.modelApi "${api}" needs ${CLOUD_PACKAGES[api]} installed (an optional peer dependency of @dispatch-once/conformance-e2e)`);
+    }
+    throw error;
+  }
 }
 
 /** The app the AISDK rules describe: its model under the splice check (AISDK-16). */
-const guardedModel = (model: Parameters<typeof wrapLanguageModel>[0]["model"], middleware?: unknown): LanguageModel =>
-  wrapLanguageModel({ model, middleware: (middleware ?? spliceGuard()) as Parameters<typeof wrapLanguageModel>[0]["middleware"] });
+const guardedModel = (model: Parameters<typeof wrapLanguageModel>[0]["model"], middleware?: unknown, providerTools = false): LanguageModel =>
+  wrapLanguageModel({
+    model,
+    // A cloud provider's model also refuses provider-executed tools the app did not name as reads (AISDK-15), as an app on it does.
+    middleware: (providerTools ? [providerToolsGuard(), ...[middleware ?? spliceGuard()].flat()] : (middleware ?? spliceGuard())) as Parameters<typeof wrapLanguageModel>[0]["middleware"],
+  });
 
 /** The sentence a spliced response without its start begins with (the runner profile's too). */
 const SPLICE_LEAD = "Paying now.";
 
 /** The app's servers: the mock Responses API and the payments API, shared by a property's cases. */
 export interface AiSdkWorld {
+  /** The mock OpenAI API (modelApi responses and chat); unset on a cloud API's world. */
   openai: MockOpenAI;
+  /** The mock provider whose Converse and Gemini routes a cloud API's model speaks to; unset otherwise. */
+  provider?: MockProvider;
+  /** The API the world's mock serves the app's model on. */
+  modelApi?: AiSdkModelApi;
   payments: MockPaymentsServer;
   /**
    * The running cases' plans and attempts, by user text (the case's account is in it): what the
@@ -144,8 +213,44 @@ export interface AiSdkWorld {
   close(): Promise<void>;
 }
 
-export async function startAiSdkWorld(): Promise<AiSdkWorld> {
-  const world: AiSdkWorld = { openai: undefined as never, payments: await startMockPayments({}), plans: new Map(), attempts: new Map(), close: async () => {} };
+export async function startAiSdkWorld(modelApi: AiSdkModelApi = "responses"): Promise<AiSdkWorld> {
+  const world: AiSdkWorld = { openai: undefined as never, modelApi, payments: await startMockPayments({}), plans: new Map(), attempts: new Map(), close: async () => {} };
+  if (isCloudModelApi(modelApi)) {
+    // The Converse and Gemini routes play the Messages API's scripts and faults: the turn's
+    // responses are the same plans, as the Messages API's turns (a reasoning item has no turn there).
+    world.provider = await startMockProvider({
+      seed: "conformance-ai-sdk",
+      logLimit: 50,
+      attemptsLimit: 2_000,
+      keepAliveTimeoutMs: 65_000,
+      script: (request) => {
+        const text = cloudUserText(request);
+        const steps = text === "" ? undefined : stepsFor(world, text);
+        if (steps === undefined) return messagesTurn(sayMessage("Done."));
+        const step = messagesStepOf(request, steps);
+        return step < steps.length ? messagesTurnOf(steps[step]!) : messagesTurn(sayMessage("Done."));
+      },
+      faultPlan: (request) => {
+        const text = cloudUserText(request);
+        const planned = text === "" ? undefined : plannedFault(world, text, (steps) => messagesStepOf(request, steps));
+        if (planned === undefined) return undefined;
+        if (planned.kind === "splice") {
+          const at = { afterToolUseStop: planned.afterCall };
+          if (planned.shape === "restart") return { kind: "splice", at, messageStart: true } satisfies ProviderFault;
+          return planned.shape === "headless" ? { kind: "splice", at, messageStart: false, lead: SPLICE_LEAD } : { kind: "splice", at, messageStart: false };
+        }
+        const { cut } = planned;
+        // Not drawn by runEndToEnd: the Messages API's output limit is a stop reason of the script, not a cut.
+        if (cut.kind === "incomplete_event") return { kind: "error_event", at: anthropicPosition({ ...cut, kind: "error_event" }) };
+        return { kind: cut.kind, at: anthropicPosition(cut) };
+      },
+    });
+    world.close = async () => {
+      await world.provider!.close();
+      await world.payments.close();
+    };
+    return world;
+  }
   world.openai = await startMockOpenAI({
     seed: "conformance-ai-sdk",
     // Nothing reads the requests across cases; a certification makes thousands.
@@ -161,45 +266,93 @@ export async function startAiSdkWorld(): Promise<AiSdkWorld> {
   });
   world.openai.setFaultPlan((request) => {
     const text = lastUserText(request);
-    const at = text === undefined ? undefined : world.attempts.get(text);
-    const planned = at?.plan.cuts[at.attempt - 1];
-    if (planned === undefined) {
-      // No cut on this request: a proxy's splice, when the plan puts one on it, into the tool
-      // step's response after a call of it completed (the response to the request sent again: the
-      // script's answer to the same request). The turn's own splice first, then the regenerate's
-      // (its attempt counts the regenerate's requests).
-      const own = at?.plan.splice;
-      const again = at?.plan.regenerateSplice;
-      const regenerate = own?.attempt !== at?.attempt && again !== undefined && at!.regenerateFrom !== undefined && at!.attempt === at!.regenerateFrom + again.attempt;
-      const splice = regenerate ? again : own;
-      if (splice === undefined || (!regenerate && splice.attempt !== at!.attempt)) return undefined;
-      const steps = stepsFor(world, text!);
-      if (steps === undefined || stepOf(request, steps) !== 0 || steps[0] === undefined) return undefined;
-      const calls = callsOf(steps[0]);
-      if (calls === 0) return undefined;
-      const afterCall = splice.afterCall % calls;
-      at!.spliced = { attempt: at!.attempt, afterCall, shape: splice.shape, regenerate };
-      const position = { afterCallDone: afterCall };
-      if (splice.shape === "restart") return { kind: "splice", at: position, responseCreated: true };
-      return splice.shape === "headless" ? { kind: "splice", at: position, responseCreated: false, lead: SPLICE_LEAD } : { kind: "splice", at: position, responseCreated: false };
+    const planned = text === undefined ? undefined : plannedFault(world, text, (steps) => stepOf(request, steps));
+    if (planned === undefined) return undefined;
+    if (planned.kind === "splice") {
+      const position = { afterCallDone: planned.afterCall };
+      if (planned.shape === "restart") return { kind: "splice", at: position, responseCreated: true };
+      return planned.shape === "headless" ? { kind: "splice", at: position, responseCreated: false, lead: SPLICE_LEAD } : { kind: "splice", at: position, responseCreated: false };
     }
-    const steps = stepsFor(world, text!);
-    const step = steps === undefined ? 0 : stepOf(request, steps);
-    // A tool loop's step 2 is answered in the request of the step before it (a continuation's
-    // repeats are a request of their own; a loop after them is the turn's last response with calls).
-    const loop = followUpStepOf(at!.plan) === step;
-    const phase = steps !== undefined && step < steps.length ? (loop ? "follow_up" : "tool_step") : "confirmation";
-    if (planned.phase !== phase) return undefined;
-    // A continuation's step may make fewer calls than the cut was drawn for: cut its last one.
-    const calls = steps?.[step] === undefined ? 1 : callsOf(steps[step]!);
-    const cut = "toolUse" in planned.cut ? { ...planned.cut, toolUse: Math.min(planned.cut.toolUse, calls - 1) } : planned.cut;
-    return { kind: planned.cut.kind, at: openAIPosition(cut) };
+    return { kind: planned.cut.kind, at: openAIPosition(planned.cut) };
   });
   world.close = async () => {
     await world.openai.close();
     await world.payments.close();
   };
   return world;
+}
+
+/** What the plan puts on a request of a turn, whichever API renders it: a cut, a proxy's splice, or nothing. */
+type PlannedFault = { kind: "cut"; cut: AiSdkCut["cut"] } | { kind: "splice"; afterCall: number; shape: AiSdkSplice["shape"] };
+
+/** The fault the plan puts on a request with this user text; `stepOfRequest` reads which scripted response is due. */
+function plannedFault(world: AiSdkWorld, text: string, stepOfRequest: (steps: readonly ScriptedResponse[]) => number): PlannedFault | undefined {
+  const at = world.attempts.get(text);
+  const planned = at?.plan.cuts[at.attempt - 1];
+  if (planned === undefined) {
+    // No cut on this request: a proxy's splice, when the plan puts one on it, into the tool
+    // step's response after a call of it completed (the response to the request sent again: the
+    // script's answer to the same request). The turn's own splice first, then the regenerate's
+    // (its attempt counts the regenerate's requests).
+    const own = at?.plan.splice;
+    const again = at?.plan.regenerateSplice;
+    const regenerate = own?.attempt !== at?.attempt && again !== undefined && at!.regenerateFrom !== undefined && at!.attempt === at!.regenerateFrom + again.attempt;
+    const splice = regenerate ? again : own;
+    if (splice === undefined || (!regenerate && splice.attempt !== at!.attempt)) return undefined;
+    const steps = stepsFor(world, text);
+    if (steps === undefined || stepOfRequest(steps) !== 0 || steps[0] === undefined) return undefined;
+    const calls = callsOf(steps[0]);
+    if (calls === 0) return undefined;
+    const afterCall = splice.afterCall % calls;
+    at!.spliced = { attempt: at!.attempt, afterCall, shape: splice.shape, regenerate };
+    return { kind: "splice", afterCall, shape: splice.shape };
+  }
+  const steps = stepsFor(world, text);
+  const step = steps === undefined ? 0 : stepOfRequest(steps);
+  // A tool loop's step 2 is answered in the request of the step before it (a continuation's
+  // repeats are a request of their own; a loop after them is the turn's last response with calls).
+  const loop = followUpStepOf(at!.plan) === step;
+  const phase = steps !== undefined && step < steps.length ? (loop ? "follow_up" : "tool_step") : "confirmation";
+  if (planned.phase !== phase) return undefined;
+  // A continuation's step may make fewer calls than the cut was drawn for: cut its last one.
+  const calls = steps?.[step] === undefined ? 1 : callsOf(steps[step]!);
+  const cut = "toolUse" in planned.cut ? { ...planned.cut, toolUse: Math.min(planned.cut.toolUse, calls - 1) } : planned.cut;
+  return { kind: "cut", cut };
+}
+
+/** A scripted response as the Messages API's turn the cloud routes render: its calls (a reasoning item has no block there). */
+function messagesTurnOf(response: ScriptedResponse): AssistantTurn {
+  const content = response.output.flatMap((o): ScriptedContent[] =>
+    o.type === "function_call" ? [toolUse(o.name, o.arguments, o.reword === undefined ? {} : { reword: o.reword })] : o.type === "text" ? [sayMessage(o.text)] : [],
+  );
+  return messagesTurn(...content);
+}
+
+/**
+ * The user's last message in a Messages request: the last text block of the last user message
+ * that answers no tool. Not the whole message's text: Bedrock's Converse API takes consecutive
+ * user messages as one (`@ai-sdk/amazon-bedrock` merges them into one message of text blocks),
+ * as a chat whose earlier message was never answered sends them.
+ */
+function cloudUserText(request: MessagesRequest): string {
+  const i = lastUserPromptIndex(request);
+  const content = i === -1 ? undefined : request.messages[i]!.content;
+  if (typeof content === "string") return content.trim();
+  const texts = (content ?? []).filter((b): b is Extract<typeof b, { type: "text" }> => b.type === "text" && b.text.trim() !== "");
+  return texts.length === 0 ? "" : texts[texts.length - 1]!.text.trim();
+}
+
+/** `stepOf` on a Messages request: the tool_use blocks the assistant messages after the last user prompt show. */
+function messagesStepOf(request: MessagesRequest, steps: readonly ScriptedResponse[]): number {
+  const shown = request.messages
+    .slice(lastUserPromptIndex(request) + 1)
+    .filter((m) => m.role === "assistant")
+    .flatMap((m) => (typeof m.content === "string" ? [] : m.content))
+    .filter((b) => b.type === "tool_use").length;
+  let step = 0;
+  let through = 0;
+  while (step < steps.length && through + callsOf(steps[step]!) <= shown) through += callsOf(steps[step++]!);
+  return step;
 }
 
 /** The turn's scripted responses for a user text: as planned, or as the model answers its re-runs. */
@@ -282,7 +435,7 @@ interface CaseLog {
   /** The mock's responses to this case's requests, as its log shows them: each one's call ids, and a spliced one's shape. */
   responses: CaseResponse[];
   /** The mock's records of this case's requests, by request number (read into `responses` once the case ended). */
-  requests: Map<number, RequestRecord>;
+  requests: Map<number, RequestRecord | ProviderRecord>;
   stats: Record<string, number>;
 }
 
@@ -755,27 +908,43 @@ function observed(tools: AiSdkToolSet, log: CaseLog, seen: (toolCallId: string) 
  * Read once per attempt, so no record leaves the log unread.
  */
 function keepRequests(world: AiSdkWorld, log: CaseLog, contents: readonly string[]): void {
-  for (const r of world.openai.requests) {
+  const records: readonly (RequestRecord | ProviderRecord)[] = world.provider?.requests ?? world.openai.requests;
+  for (const r of records) {
     if (log.requests.has(r.requestNumber)) continue;
     const text = userTextOf(r);
     if (text === undefined || !contents.includes(text)) continue;
     log.requests.set(r.requestNumber, r);
     // Which API the route's model spoke (AiSdkAppOptions.modelApi): a run says what it certified.
-    count(log, r.api === "chat.completions" ? "chat_completions_requests" : "responses_requests");
+    count(log, r.api === "chat.completions" ? "chat_completions_requests" : r.api === "converse" ? "converse_requests" : r.api === "gemini" ? "gemini_requests" : "responses_requests");
   }
 }
 
+const isProviderRecord = (r: RequestRecord | ProviderRecord): r is ProviderRecord => "toolUses" in r;
+
 /** A logged request's last user text; none for a body the mock refused (not a Responses request). */
-function userTextOf(r: RequestRecord): string | undefined {
+function userTextOf(r: RequestRecord | ProviderRecord): string | undefined {
+  if (isProviderRecord(r)) {
+    // A cloud route's body is read as the Messages request it stands for, as the mock's script reads it.
+    const view = (r.api === "converse" ? messagesFromConverse(r.body, "m", true) : r.api === "gemini" ? messagesFromGemini(r.body, "m", true) : r.body) as MessagesRequest | undefined;
+    if (typeof view !== "object" || view === null || !Array.isArray(view.messages)) return undefined;
+    const text = cloudUserText(view);
+    return text === "" ? undefined : text;
+  }
   // A Chat Completions request is read as the Responses request it amounts to, as the mock's script reads it.
   const body = r.api === "chat.completions" && typeof r.body === "object" && r.body !== null ? responsesView(r.body as Record<string, unknown>) : (r.body as ResponsesRequest | undefined);
   return typeof body === "object" && body !== null && (typeof body.input === "string" || Array.isArray(body.input)) ? lastUserText(body) : undefined;
 }
 
 /** The responses the kept records show: each request's own, and the one a proxy spliced into its body. */
-function responsesOf(requests: ReadonlyMap<number, RequestRecord>): CaseResponse[] {
+function responsesOf(requests: ReadonlyMap<number, RequestRecord | ProviderRecord>): CaseResponse[] {
   return [...requests.values()].flatMap((r): CaseResponse[] => {
     const text = userTextOf(r) ?? "";
+    if (isProviderRecord(r)) {
+      const own: CaseResponse = { text, calls: r.toolUses.map((c) => c.name), callIds: r.toolUses.map((c) => c.id) };
+      if (r.splicedToolUses === undefined || r.fault?.kind !== "splice") return [own];
+      const shape: AiSdkSplice["shape"] = r.fault.messageStart ? "restart" : r.fault.lead !== undefined ? "headless" : "headless_bare";
+      return [own, { text, calls: r.splicedToolUses.map((c) => c.name), callIds: r.splicedToolUses.map((c) => c.id), spliced: shape }];
+    }
     const own: CaseResponse = { text, calls: r.calls.map((c) => c.name), callIds: r.calls.map((c) => c.callId) };
     if (r.splicedCalls === undefined || r.fault?.kind !== "splice") return [own];
     const shape: AiSdkSplice["shape"] = r.fault.responseCreated ? "restart" : r.fault.lead !== undefined ? "headless" : "headless_bare";
@@ -1029,9 +1198,16 @@ export async function runAiSdkCase(world: AiSdkWorld, subject: LedgerSubject, sc
       allowVolatileLedgerForUnkeyedWrites: true,
       logger: { warn: () => {} },
     };
-    const openai = createOpenAI({ baseURL: world.openai.baseURL, apiKey: "conformance" });
-    const provider = app.modelApi === "chat" ? openai.chat("gpt-conformance") : openai.responses("gpt-conformance");
-    const guarded = guardedModel(provider, app.spliceMiddleware);
+    const api = app.modelApi ?? "responses";
+    if ((world.modelApi ?? "responses") !== api && (isCloudModelApi(api) || isCloudModelApi(world.modelApi))) {
+      throw new TypeError(`aiSdk.modelApi "${api}" needs a world started for it (startAiSdkWorld("${api}")), not one serving ${world.modelApi ?? "responses"}`);
+    }
+    const provider = isCloudModelApi(api)
+      ? await cloudModel(api, world.provider!)
+      : api === "chat"
+        ? createOpenAI({ baseURL: world.openai.baseURL, apiKey: "conformance" }).chat("gpt-conformance")
+        : createOpenAI({ baseURL: world.openai.baseURL, apiKey: "conformance" }).responses("gpt-conformance");
+    const guarded = guardedModel(provider, app.spliceMiddleware, isCloudModelApi(api));
     const guard = app.spliceGuard ?? true;
     const model = (request: { trigger: "submit-message" | "regenerate-message" }): LanguageModel => ((typeof guard === "function" ? guard(request) : guard) ? guarded : provider);
     const ctx: RunContext = { world, account, log, model };

@@ -293,7 +293,7 @@ const str = (v: unknown): string => (typeof v === "string" ? v : "");
 
 // ---- Anthropic Messages API (apps/mock-provider) ---------------------------------------------
 
-function anthropicPosition(cut: StreamCut): AnthropicPosition {
+export function anthropicPosition(cut: StreamCut): AnthropicPosition {
   switch (cut.at) {
     case "event":
       return { event: cut.event };
