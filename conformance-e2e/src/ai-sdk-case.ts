@@ -159,15 +159,10 @@ export const aiSdkCloudImports = {
 };
 const CLOUD_PACKAGES = { converse: "@ai-sdk/amazon-bedrock", gemini: "@ai-sdk/google" } as const;
 
-/** The cloud API's model at the mock's route, with credentials that need no network (Bedrock: static AWS keys, SigV4-signed). */
-async function cloudModel(api: "converse" | "gemini", mock: MockProvider): Promise<Parameters<typeof wrapLanguageModel>[0]["model"]> {
+/** Imports the cloud API's provider package; refused, naming it, when it is not installed (an optional peer). Checked before a run starts. */
+export async function requireCloudPackage<A extends "converse" | "gemini">(api: A): Promise<Awaited<ReturnType<(typeof aiSdkCloudImports)[A]>>> {
   try {
-    if (api === "converse") {
-      const createAmazonBedrock = await aiSdkCloudImports.converse();
-      return createAmazonBedrock({ baseURL: mock.bedrockBaseURL, region: "us-east-1", accessKeyId: "AKIDEXAMPLE", secretAccessKey: "conformance" })("anthropic.claude-sonnet-4-5-20250929-v1:0");
-    }
-    const createGoogleGenerativeAI = await aiSdkCloudImports.gemini();
-    return createGoogleGenerativeAI({ baseURL: mock.geminiBaseURL, apiKey: "conformance" })("gemini-2.5-flash");
+    return (await aiSdkCloudImports[api]()) as Awaited<ReturnType<(typeof aiSdkCloudImports)[A]>>;
   } catch (error) {
     const code = (error as { code?: unknown } | undefined)?.code;
     if (code === "ERR_MODULE_NOT_FOUND" || code === "MODULE_NOT_FOUND") {
@@ -175,6 +170,16 @@ async function cloudModel(api: "converse" | "gemini", mock: MockProvider): Promi
     }
     throw error;
   }
+}
+
+/** The cloud API's model at the mock's route, with credentials that need no network (Bedrock: static AWS keys, SigV4-signed). */
+async function cloudModel(api: "converse" | "gemini", mock: MockProvider): Promise<Parameters<typeof wrapLanguageModel>[0]["model"]> {
+  if (api === "converse") {
+    const createAmazonBedrock = await requireCloudPackage("converse");
+    return createAmazonBedrock({ baseURL: mock.bedrockBaseURL, region: "us-east-1", accessKeyId: "AKIDEXAMPLE", secretAccessKey: "conformance" })("anthropic.claude-sonnet-4-5-20250929-v1:0");
+  }
+  const createGoogleGenerativeAI = await requireCloudPackage("gemini");
+  return createGoogleGenerativeAI({ baseURL: mock.geminiBaseURL, apiKey: "conformance" })("gemini-2.5-flash");
 }
 
 /** The app the AISDK rules describe: its model under the splice check (AISDK-16). */

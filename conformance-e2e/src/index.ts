@@ -17,7 +17,7 @@ import {
   type TestRegistrar,
 } from "@dispatch-once/conformance/ledger";
 import fc from "fast-check";
-import { AI_SDK_MODEL_APIS, runAiSdkCase, startAiSdkWorld, type AiSdkAppOptions } from "./ai-sdk-case.js";
+import { AI_SDK_MODEL_APIS, isCloudModelApi, requireCloudPackage, runAiSdkCase, startAiSdkWorld, type AiSdkAppOptions } from "./ai-sdk-case.js";
 import { aiSdkScenarioArbitrary, withoutAiSdkSplices } from "./ai-sdk-scenario.js";
 import { runCase, type CaseOptions } from "./case.js";
 import { scenarioArbitrary, withClosingSearch, withoutSplices } from "./scenario.js";
@@ -184,6 +184,7 @@ export async function runEndToEnd(subject: LedgerSubject, options: EndToEndOptio
   if (provider === "ai-sdk") {
     const api = options.aiSdk?.modelApi;
     if (api !== undefined && !AI_SDK_MODEL_APIS.includes(api)) throw new TypeError(`aiSdk.modelApi must be one of ${AI_SDK_MODEL_APIS.map((a) => `"${a}"`).join(", ")}, got ${JSON.stringify(api)}`);
+    if (isCloudModelApi(api)) await requireCloudPackage(api);
     const world = await startAiSdkWorld(api);
     try {
       // Over a Chat Completions model no splice is drawn: the mock has none on that API (a planted one is a 500).

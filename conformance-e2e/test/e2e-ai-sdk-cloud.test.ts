@@ -1,5 +1,6 @@
 import { memoryLedgerSubject } from "@dispatch-once/conformance/ledger";
 import { describe, expect, it } from "vitest";
+import { aiSdkCloudImports } from "../src/ai-sdk-case.js";
 import { runEndToEnd } from "../src/index.js";
 
 /**
@@ -51,3 +52,18 @@ describe("aiSdk.modelApi", () => {
   });
 });
 
+
+describe("a cloud modelApi without its provider package", () => {
+  it.each([
+    ["converse", "@ai-sdk/amazon-bedrock"],
+    ["gemini", "@ai-sdk/google"],
+  ] as const)("modelApi %s is refused before the run, naming %s (an optional peer dependency)", async (modelApi, pkg) => {
+    const real = aiSdkCloudImports[modelApi];
+    aiSdkCloudImports[modelApi] = (() => Promise.reject(Object.assign(new Error(`Cannot find package '${pkg}'`), { code: "ERR_MODULE_NOT_FOUND" }))) as never;
+    try {
+      await expect(runEndToEnd(memoryLedgerSubject(), { provider: "ai-sdk", aiSdk: { modelApi }, runs: 1 })).rejects.toThrow(`aiSdk.modelApi "${modelApi}" needs ${pkg} installed`);
+    } finally {
+      aiSdkCloudImports[modelApi] = real as never;
+    }
+  });
+});
