@@ -1,12 +1,11 @@
 import { createGoogleGenerativeAI } from "@ai-sdk/google";
-import { MemoryLedger } from "@dispatch-once/core";
 import { scriptFromPlans, startMockProvider, toolUse, turn, type FaultPosition, type MockProvider } from "@dispatch-once/mock-provider";
 import { startMockPayments, type MockPaymentsServer } from "@dispatch-once/mock-payments";
 import { StreamIncompleteError } from "@dispatch-once/runner";
 import { generateText, stepCountIs, streamText, wrapLanguageModel, type LanguageModel, type ModelMessage, type ToolSet } from "ai";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { createOnceTools, providerToolsGuard, spliceGuard, type OnceTurn } from "../src/index.js";
-import { drain, invoiceTool, outputsOf, quiet, settled, until } from "./helpers.js";
+import { providerToolsGuard, spliceGuard, type OnceTurn } from "../src/index.js";
+import { drain, invoiceTool, keepingApp, until } from "./helpers.js";
 
 /*
  * The AI SDK over Google's Gemini API (`@ai-sdk/google`'s language model:
@@ -39,25 +38,8 @@ const gemini = (): LanguageModel => google()("gemini-2.5-flash");
 const guarded = (): LanguageModel => wrapLanguageModel({ model: gemini() as Parameters<typeof wrapLanguageModel>[0]["model"], middleware: [providerToolsGuard(), spliceGuard()] });
 const paid = () => payments.effects().map((e) => `${String(e.payload["customer"])} ${String(e.payload["amount"])}`);
 
-/**
- * The chat route of an app that keeps AISDK-8: it keeps a response only when its stream produced
- * no error part and every step finished `stop` or `tool-calls`, and tells the user the results of
- * a kept response and the turn's unanswered effects (AISDK-14).
- */
-function app(model: () => LanguageModel = gemini) {
-  const ledger = new MemoryLedger();
-  const runs: string[] = [];
-  const once = createOnceTools({ tools: { create_invoice: invoiceTool(payments, (k) => runs.push(k ?? "")) }, effects: { create_invoice: "unkeyed_write" }, ledger, dispatcher: quiet });
-  const request = async (messages: ModelMessage[], dispatchAt: "step" | "tool-call") => {
-    const forTurn = once.forTurn({ conversationId: "chat_gemini", messages, dispatchAt }) as OnceTurn<ToolSet>;
-    const result = streamText({ model: model(), messages, tools: forTurn.tools, onChunk: forTurn.onChunk, stopWhen: stepCountIs(3), maxRetries: 0, onError: () => {} });
-    const parts = await drain(result.fullStream);
-    const steps = parts.filter((p) => p.type === "finish-step").map((p) => (p as { finishReason: string }).finishReason);
-    const kept = !parts.some((p) => p.type === "error") && parts.some((p) => p.type === "finish") && steps.length > 0 && steps.every((r) => r === "stop" || r === "tool-calls");
-    return { parts, steps, kept, told: kept ? outputsOf(parts) : [], turn: forTurn };
-  };
-  return { once, ledger, runs, request, settle: () => settled(ledger, "chat_gemini") };
-}
+/** The app that keeps AISDK-8 (helpers.ts), on this file's conversation and model. */
+const app = (model: () => LanguageModel = gemini) => keepingApp(payments, "chat_gemini", model);
 
 const billAcme: ModelMessage[] = [{ role: "user", content: "bill acme" }];
 const errorOf = (parts: readonly { type: string }[]) => (parts.find((p) => p.type === "error") as { error?: unknown } | undefined)?.error;

@@ -1,9 +1,10 @@
 import { createAnthropic } from "@ai-sdk/anthropic";
 import { createPaymentsClient, startMockPayments, type MockPaymentsServer } from "@dispatch-once/mock-payments";
 import { scriptFromPlans, startMockProvider, type MockProvider } from "@dispatch-once/mock-provider";
-import type { Ledger } from "@dispatch-once/core";
+import { MemoryLedger, type Ledger } from "@dispatch-once/core";
 import { afterEach, beforeEach } from "vitest";
-import { tool, type LanguageModel, type TextStreamPart, type ToolSet } from "ai";
+import { stepCountIs, streamText, tool, type LanguageModel, type ModelMessage, type TextStreamPart, type ToolSet } from "ai";
+import { createOnceTools, type OnceTurn } from "../src/index.js";
 import { z } from "zod";
 
 /** The app's tool, as it would be written without Dispatch-Once: the payments API's unkeyed invoices. */
@@ -69,4 +70,24 @@ export function anthropicPerTest(seed: string, plans: Parameters<typeof scriptFr
     await env.payments.close();
   });
   return { env, model: () => createAnthropic({ baseURL: `${env.provider.baseURL}/v1`, apiKey: "test" })("claude-sonnet-4-5") };
+}
+
+/**
+ * The chat route of an app that keeps AISDK-8: it keeps a response only when its stream produced
+ * no error part and every step finished `stop` or `tool-calls`, and tells the user the results of
+ * a kept response and the turn's unanswered effects (AISDK-14). One conversation, one ledger.
+ */
+export function keepingApp(payments: MockPaymentsServer, conversationId: string, model: () => LanguageModel) {
+  const ledger = new MemoryLedger();
+  const runs: string[] = [];
+  const once = createOnceTools({ tools: { create_invoice: invoiceTool(payments, (k) => runs.push(k ?? "")) }, effects: { create_invoice: "unkeyed_write" }, ledger, dispatcher: quiet });
+  const request = async (messages: ModelMessage[], dispatchAt: "step" | "tool-call") => {
+    const forTurn = once.forTurn({ conversationId, messages, dispatchAt }) as OnceTurn<ToolSet>;
+    const result = streamText({ model: model(), messages, tools: forTurn.tools, onChunk: forTurn.onChunk, stopWhen: stepCountIs(3), maxRetries: 0, onError: () => {} });
+    const parts = await drain(result.fullStream);
+    const steps = parts.filter((p) => p.type === "finish-step").map((p) => (p as { finishReason: string }).finishReason);
+    const kept = !parts.some((p) => p.type === "error") && parts.some((p) => p.type === "finish") && steps.length > 0 && steps.every((r) => r === "stop" || r === "tool-calls");
+    return { parts, steps, kept, told: kept ? outputsOf(parts) : [], turn: forTurn };
+  };
+  return { once, ledger, runs, request, settle: () => settled(ledger, conversationId) };
 }
