@@ -153,16 +153,18 @@ export const isCloudModelApi = (api: AiSdkModelApi | undefined): api is "convers
  * kit, as `@anthropic-ai/bedrock-sdk` is). Kept as an object so a test can stand in for a
  * missing install.
  */
-export const aiSdkCloudImports = {
+// Typed without the packages' own types: this module's declarations ship with the package, and an
+// install without the optional peers must still type-check against them (pack-install's tsc).
+export const aiSdkCloudImports: { converse: () => Promise<unknown>; gemini: () => Promise<unknown> } = {
   converse: async () => (await import("@ai-sdk/amazon-bedrock")).createAmazonBedrock,
   gemini: async () => (await import("@ai-sdk/google")).createGoogleGenerativeAI,
 };
 const CLOUD_PACKAGES = { converse: "@ai-sdk/amazon-bedrock", gemini: "@ai-sdk/google" } as const;
 
 /** Imports the cloud API's provider package; refused, naming it, when it is not installed (an optional peer). Checked before a run starts. */
-export async function requireCloudPackage<A extends "converse" | "gemini">(api: A): Promise<Awaited<ReturnType<(typeof aiSdkCloudImports)[A]>>> {
+export async function requireCloudPackage(api: "converse" | "gemini"): Promise<unknown> {
   try {
-    return (await aiSdkCloudImports[api]()) as Awaited<ReturnType<(typeof aiSdkCloudImports)[A]>>;
+    return await aiSdkCloudImports[api]();
   } catch (error) {
     const code = (error as { code?: unknown } | undefined)?.code;
     if (code === "ERR_MODULE_NOT_FOUND" || code === "MODULE_NOT_FOUND") {
@@ -175,10 +177,10 @@ export async function requireCloudPackage<A extends "converse" | "gemini">(api: 
 /** The cloud API's model at the mock's route, with credentials that need no network (Bedrock: static AWS keys, SigV4-signed). */
 async function cloudModel(api: "converse" | "gemini", mock: MockProvider): Promise<Parameters<typeof wrapLanguageModel>[0]["model"]> {
   if (api === "converse") {
-    const createAmazonBedrock = await requireCloudPackage("converse");
+    const createAmazonBedrock = (await requireCloudPackage("converse")) as typeof import("@ai-sdk/amazon-bedrock").createAmazonBedrock;
     return createAmazonBedrock({ baseURL: mock.bedrockBaseURL, region: "us-east-1", accessKeyId: "AKIDEXAMPLE", secretAccessKey: "conformance" })("anthropic.claude-sonnet-4-5-20250929-v1:0");
   }
-  const createGoogleGenerativeAI = await requireCloudPackage("gemini");
+  const createGoogleGenerativeAI = (await requireCloudPackage("gemini")) as typeof import("@ai-sdk/google").createGoogleGenerativeAI;
   return createGoogleGenerativeAI({ baseURL: mock.geminiBaseURL, apiKey: "conformance" })("gemini-2.5-flash");
 }
 
