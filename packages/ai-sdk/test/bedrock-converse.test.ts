@@ -1,11 +1,10 @@
 import { createAmazonBedrock } from "@ai-sdk/amazon-bedrock";
-import { scriptFromPlans, startMockProvider, toolUse, turn, type MockProvider } from "@dispatch-once/mock-provider";
-import { startMockPayments, type MockPaymentsServer } from "@dispatch-once/mock-payments";
+import { toolUse, turn } from "@dispatch-once/mock-provider";
 import { StreamIncompleteError } from "@dispatch-once/runner";
 import { generateText, stepCountIs, streamText, wrapLanguageModel, type LanguageModel, type ModelMessage, type ToolSet } from "ai";
-import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { providerToolsGuard, spliceGuard, type OnceTurn } from "../src/index.js";
-import { drain, keepingApp, until } from "./helpers.js";
+import { drain, keepingApp, mocksPerTest, until } from "./helpers.js";
 
 /*
  * The AI SDK over Amazon Bedrock's Converse API (`@ai-sdk/amazon-bedrock`'s language model:
@@ -13,34 +12,22 @@ import { drain, keepingApp, until } from "./helpers.js";
  * provider's Converse route, which plays the same scripts and faults as its Messages route.
  */
 
-let provider: MockProvider;
-let payments: MockPaymentsServer;
 const ask = "pay acme 5 and bob 7";
-beforeEach(async () => {
-  payments = await startMockPayments();
-  provider = await startMockProvider({
-    seed: "ai-sdk-bedrock-converse",
-    script: scriptFromPlans({
-      "bill acme": turn(toolUse("create_invoice", { customer: "acme", amount: 12_500 })),
-      [ask]: turn(toolUse("create_invoice", { customer: "acme", amount: 5 }), toolUse("create_invoice", { customer: "bob", amount: 7 })),
-    }),
-  });
-});
-afterEach(async () => {
-  await provider.close();
-  await payments.close();
+const env = mocksPerTest("ai-sdk-bedrock-converse", {
+  "bill acme": turn(toolUse("create_invoice", { customer: "acme", amount: 12_500 })),
+  [ask]: turn(toolUse("create_invoice", { customer: "acme", amount: 5 }), toolUse("create_invoice", { customer: "bob", amount: 7 })),
 });
 
 /** Static AWS credentials: the provider signs each request (SigV4); the mock checks that it is signed. */
 const bedrock = (): LanguageModel =>
-  createAmazonBedrock({ baseURL: provider.bedrockBaseURL, region: "us-east-1", accessKeyId: "AKIDEXAMPLE", secretAccessKey: "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY" })(
+  createAmazonBedrock({ baseURL: env.provider.bedrockBaseURL, region: "us-east-1", accessKeyId: "AKIDEXAMPLE", secretAccessKey: "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY" })(
     "anthropic.claude-sonnet-4-5-20250929-v1:0",
   );
 const guarded = (): LanguageModel => wrapLanguageModel({ model: bedrock() as Parameters<typeof wrapLanguageModel>[0]["model"], middleware: [providerToolsGuard(), spliceGuard()] });
-const paid = () => payments.effects().map((e) => `${String(e.payload["customer"])} ${String(e.payload["amount"])}`);
+const paid = () => env.payments.effects().map((e) => `${String(e.payload["customer"])} ${String(e.payload["amount"])}`);
 
 /** The app that keeps AISDK-8 (helpers.ts), on this file's conversation and model. */
-const app = (model: () => LanguageModel = bedrock) => keepingApp(payments, "chat_bedrock", model);
+const app = (model: () => LanguageModel = bedrock) => keepingApp(env.payments, "chat_bedrock", model);
 
 const billAcme: ModelMessage[] = [{ role: "user", content: "bill acme" }];
 
@@ -51,11 +38,11 @@ describe("through @ai-sdk/amazon-bedrock (Converse) against the mock provider", 
     expect(sent.kept).toBe(true);
     expect(sent.steps).toEqual(["tool-calls", "stop"]);
     expect(paid()).toEqual(["acme 12500"]);
-    expect(provider.requests.map((r) => [r.api, r.path, r.stream])).toEqual([
+    expect(env.provider.requests.map((r) => [r.api, r.path, r.stream])).toEqual([
       ["converse", "/model/anthropic.claude-sonnet-4-5-20250929-v1%3A0/converse-stream", true],
       ["converse", "/model/anthropic.claude-sonnet-4-5-20250929-v1%3A0/converse-stream", true],
     ]);
-    expect(provider.requests[0]!.headers["authorization"]).toMatch(/^AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE\//);
+    expect(env.provider.requests[0]!.headers["authorization"]).toMatch(/^AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE\//);
   });
 
   it("AISDK-2: generateText over /converse (the whole response): a regenerate of the turn bills once and answers the stored result", async () => {
@@ -66,27 +53,27 @@ describe("through @ai-sdk/amazon-bedrock (Converse) against the mock provider", 
       const result = await generateText({ model: bedrock(), messages: billAcme, tools: forTurn.tools, stopWhen: stepCountIs(3), maxRetries: 0 });
       outputs.push(result.steps[0]!.toolResults.map((r) => r.output));
     }
-    expect(provider.requests.map((r) => r.path.split("/").at(-1))).toEqual(["converse", "converse", "converse", "converse"]);
+    expect(env.provider.requests.map((r) => r.path.split("/").at(-1))).toEqual(["converse", "converse", "converse", "converse"]);
     expect(paid()).toEqual(["acme 12500"]);
     expect(runs).toHaveLength(1);
     expect(outputs[1]).toEqual(outputs[0]);
-    expect(outputs[0]).toEqual([{ invoice: payments.effects()[0]!.resourceId, amount: 12_500 }]);
+    expect(outputs[0]).toEqual([{ invoice: env.payments.effects()[0]!.resourceId, amount: 12_500 }]);
   });
 
   for (const dispatchAt of ["tool-call", "step"] as const) {
     it(`the chapter's incident, dispatch at ${dispatchAt}: the stream is cut after the invoice, the app's retry bills once and tells the truth`, async () => {
       const { request, settle, runs } = app();
       // The stream pauses after the call's contentBlockStop ...
-      provider.faults.enqueue({ kind: "hold", at: { afterToolUseStop: 0 } });
+      env.provider.faults.enqueue({ kind: "hold", at: { afterToolUseStop: 0 } });
       const cut = request(billAcme, dispatchAt);
       if (dispatchAt === "tool-call") {
         // ... the call ran from its tool-call part, before the step finished ...
-        await until(() => payments.effects().length === 1);
+        await until(() => env.payments.effects().length === 1);
       } else {
-        await provider.waitForHold();
+        await env.provider.waitForHold();
       }
       // ... and the connection dies before messageStop.
-      provider.cutNow();
+      env.provider.cutNow();
       const first = await cut;
       expect(first.kept).toBe(false);
       if (dispatchAt === "tool-call") await settle();
@@ -95,7 +82,7 @@ describe("through @ai-sdk/amazon-bedrock (Converse) against the mock provider", 
       expect(retried.kept).toBe(true);
       expect(paid()).toEqual(["acme 12500"]);
       expect(runs).toHaveLength(1);
-      expect(retried.told).toEqual([{ invoice: payments.effects()[0]!.resourceId, amount: 12_500 }]);
+      expect(retried.told).toEqual([{ invoice: env.payments.effects()[0]!.resourceId, amount: 12_500 }]);
       const unanswered = await retried.turn.unansweredCalls();
       expect(unanswered).toEqual({ listed: true, calls: [] });
     });
@@ -103,11 +90,11 @@ describe("through @ai-sdk/amazon-bedrock (Converse) against the mock provider", 
 
   it("AISDK-4: a stream cut in the call's input is no dispatch of partial input; the retry bills once", async () => {
     const { request, runs } = app();
-    provider.faults.enqueue({ kind: "reset", at: { toolUse: 0, afterFragment: 1 } });
+    env.provider.faults.enqueue({ kind: "reset", at: { toolUse: 0, afterFragment: 1 } });
     const cut = await request(billAcme, "tool-call");
     expect(cut.kept).toBe(false);
     expect(cut.parts.filter((p) => p.type === "tool-call")).toEqual([]);
-    expect(payments.effects()).toEqual([]);
+    expect(env.payments.effects()).toEqual([]);
     expect(runs).toEqual([]);
     const retried = await request(billAcme, "tool-call");
     expect(retried.kept).toBe(true);
@@ -116,18 +103,18 @@ describe("through @ai-sdk/amazon-bedrock (Converse) against the mock provider", 
 
   it("AISDK-4: a body closed cleanly in the call's input makes no tool-call part and the step finishes other, not kept", async () => {
     const { request } = app();
-    provider.faults.enqueue({ kind: "clean_close", at: { toolUse: 0, afterFragment: 1 } });
+    env.provider.faults.enqueue({ kind: "clean_close", at: { toolUse: 0, afterFragment: 1 } });
     const cut = await request(billAcme, "tool-call");
     expect(cut.parts.filter((p) => p.type === "tool-call")).toEqual([]);
     expect(cut.steps).toEqual(["other"]);
     expect(cut.kept).toBe(false);
-    expect(payments.effects()).toEqual([]);
+    expect(env.payments.effects()).toEqual([]);
   });
 
   for (const [name, model] of [["unguarded", bedrock], ["under spliceGuard()", guarded]] as const) {
   it(`AISDK-8, ${name}: an exception frame mid-stream is the step's error part; the app does not keep the response and its re-send bills once`, async () => {
     const { request, settle } = app(model);
-    provider.faults.enqueue({ kind: "error_event", at: { afterToolUseStop: 0 }, error: { type: "throttlingException", message: "Too many requests, please wait before trying again." } });
+    env.provider.faults.enqueue({ kind: "error_event", at: { afterToolUseStop: 0 }, error: { type: "throttlingException", message: "Too many requests, please wait before trying again." } });
     const failed = await request(billAcme, "tool-call");
     const error = failed.parts.find((p) => p.type === "error") as { error?: unknown } | undefined;
     expect(JSON.stringify(error?.error)).toContain("Too many requests");
@@ -148,7 +135,7 @@ describe("through @ai-sdk/amazon-bedrock (Converse) against the mock provider", 
       it(`AISDK-8, AISDK-16, ${name}, dispatch at ${dispatchAt}: a body that ends after the call without messageStop is not kept, and the re-send bills once`, async () => {
         const { request, settle } = app(model);
         // A proxy closes the body cleanly after the call's contentBlockStop: no messageStop, no metadata.
-        provider.faults.enqueue({ kind: "clean_close", at: { afterToolUseStop: 0 } });
+        env.provider.faults.enqueue({ kind: "clean_close", at: { afterToolUseStop: 0 } });
         const cut = await request(billAcme, dispatchAt);
         expect(cut.kept).toBe(false);
         // Unguarded, @ai-sdk/amazon-bedrock finishes the step "other" (no error part): AISDK-8's app does not keep it.
@@ -158,7 +145,7 @@ describe("through @ai-sdk/amazon-bedrock (Converse) against the mock provider", 
         expect(StreamIncompleteError.isInstance(error?.error), String(error?.error)).toBe(model === guarded);
         if (model === guarded) expect((error!.error as StreamIncompleteError).finishEvent).toBe("messageStop");
         if (dispatchAt === "tool-call") await settle();
-        expect(payments.effects()).toHaveLength(dispatchAt === "tool-call" ? 1 : 0);
+        expect(env.payments.effects()).toHaveLength(dispatchAt === "tool-call" ? 1 : 0);
         const resent = await request(billAcme, dispatchAt);
         expect(resent.kept).toBe(true);
         expect(paid()).toEqual(["acme 12500"]);
@@ -178,7 +165,7 @@ describe("AISDK-16: a response spliced into a Converse body", () => {
   for (const { shape, messageStart, lead, sign } of shapes) {
     it(`without the guard, ${shape}: @ai-sdk/amazon-bedrock takes it in as one step, acme is paid twice`, async () => {
       const { request, settle } = app();
-      provider.faults.enqueue({ kind: "splice", at: { afterToolUseStop: 0 }, messageStart, ...(lead ? { lead } : {}) });
+      env.provider.faults.enqueue({ kind: "splice", at: { afterToolUseStop: 0 }, messageStart, ...(lead ? { lead } : {}) });
       const parts = await request(messages, "step");
       await settle();
       expect(parts.parts.filter((p) => p.type === "tool-call")).toHaveLength(3);
@@ -188,14 +175,14 @@ describe("AISDK-16: a response spliced into a Converse body", () => {
     for (const dispatchAt of ["step", "tool-call"] as const) {
       it(`under spliceGuard(), ${shape}, dispatch at ${dispatchAt}: the request fails at the splice, its re-send pays each once`, async () => {
         const { request, settle, runs } = app(guarded);
-        provider.faults.enqueue({ kind: "splice", at: { afterToolUseStop: 0 }, messageStart, ...(lead ? { lead } : {}) });
+        env.provider.faults.enqueue({ kind: "splice", at: { afterToolUseStop: 0 }, messageStart, ...(lead ? { lead } : {}) });
         const failed = await request(messages, dispatchAt);
         const error = failed.parts.find((p) => p.type === "error") as { error?: unknown } | undefined;
         expect(StreamIncompleteError.isInstance(error?.error), String(error?.error)).toBe(true);
         expect((error!.error as StreamIncompleteError).streamError).toMatch(sign);
         expect(failed.parts.filter((p) => p.type === "tool-call")).toHaveLength(1);
         expect(failed.steps).toEqual(["error"]);
-        expect(provider.requests).toHaveLength(1);
+        expect(env.provider.requests).toHaveLength(1);
         if (dispatchAt === "tool-call") await settle();
         expect(runs).toHaveLength(dispatchAt === "tool-call" ? 1 : 0);
         const resent = await request(messages, dispatchAt);
@@ -217,12 +204,12 @@ describe("AISDK-15: providerToolsGuard() on the Bedrock model", () => {
     );
     const error = refused.find((p) => p.type === "error") as { error?: { code?: string; field?: string } } | undefined;
     expect([error?.error?.code, error?.error?.field]).toEqual(["invalid_argument", "params.tools[1] (code_execution)"]);
-    expect(provider.requests).toHaveLength(0);
+    expect(env.provider.requests).toHaveLength(0);
     // @ai-sdk/amazon-bedrock 4.0.186 builds its tools with its own @ai-sdk/provider-utils (4.0.56): the types differ, not the objects.
     const bash = tools.bash_20250124({ execute: async () => "" }) as unknown as ToolSet[string];
     const sent = await drain(streamText({ model: guarded(), messages: billAcme, tools: { ...forTurn.tools, bash }, stopWhen: stepCountIs(1), maxRetries: 0, onError: () => {} }).fullStream);
     expect(sent.filter((p) => p.type === "error")).toEqual([]);
-    const toolNames = ((provider.requests[0]!.body as { toolConfig?: { tools?: { toolSpec?: { name?: string } }[] } }).toolConfig?.tools ?? []).map((t) => t.toolSpec?.name);
+    const toolNames = ((env.provider.requests[0]!.body as { toolConfig?: { tools?: { toolSpec?: { name?: string } }[] } }).toolConfig?.tools ?? []).map((t) => t.toolSpec?.name);
     expect(toolNames.sort()).toEqual(["bash", "create_invoice"]);
   });
 });

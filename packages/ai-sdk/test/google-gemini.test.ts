@@ -1,11 +1,10 @@
 import { createGoogleGenerativeAI } from "@ai-sdk/google";
-import { scriptFromPlans, startMockProvider, toolUse, turn, type FaultPosition, type MockProvider } from "@dispatch-once/mock-provider";
-import { startMockPayments, type MockPaymentsServer } from "@dispatch-once/mock-payments";
+import { toolUse, turn, type FaultPosition } from "@dispatch-once/mock-provider";
 import { StreamIncompleteError } from "@dispatch-once/runner";
 import { generateText, stepCountIs, streamText, wrapLanguageModel, type LanguageModel, type ModelMessage, type ToolSet } from "ai";
-import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { providerToolsGuard, spliceGuard, type OnceTurn } from "../src/index.js";
-import { drain, invoiceTool, keepingApp, until } from "./helpers.js";
+import { drain, invoiceTool, keepingApp, mocksPerTest, until } from "./helpers.js";
 
 /*
  * The AI SDK over Google's Gemini API (`@ai-sdk/google`'s language model:
@@ -15,31 +14,19 @@ import { drain, invoiceTool, keepingApp, until } from "./helpers.js";
  * Messages route sends its `content_block_stop`; the finishReason comes in the last chunk.
  */
 
-let provider: MockProvider;
-let payments: MockPaymentsServer;
 const ask = "pay acme 5 and bob 7";
-beforeEach(async () => {
-  payments = await startMockPayments();
-  provider = await startMockProvider({
-    seed: "ai-sdk-google-gemini",
-    script: scriptFromPlans({
-      "bill acme": turn(toolUse("create_invoice", { customer: "acme", amount: 12_500 })),
-      [ask]: turn(toolUse("create_invoice", { customer: "acme", amount: 5 }), toolUse("create_invoice", { customer: "bob", amount: 7 })),
-    }),
-  });
-});
-afterEach(async () => {
-  await provider.close();
-  await payments.close();
+const env = mocksPerTest("ai-sdk-google-gemini", {
+  "bill acme": turn(toolUse("create_invoice", { customer: "acme", amount: 12_500 })),
+  [ask]: turn(toolUse("create_invoice", { customer: "acme", amount: 5 }), toolUse("create_invoice", { customer: "bob", amount: 7 })),
 });
 
-const google = () => createGoogleGenerativeAI({ baseURL: provider.geminiBaseURL, apiKey: "AIzaSyExampleKey" });
+const google = () => createGoogleGenerativeAI({ baseURL: env.provider.geminiBaseURL, apiKey: "AIzaSyExampleKey" });
 const gemini = (): LanguageModel => google()("gemini-2.5-flash");
 const guarded = (): LanguageModel => wrapLanguageModel({ model: gemini() as Parameters<typeof wrapLanguageModel>[0]["model"], middleware: [providerToolsGuard(), spliceGuard()] });
-const paid = () => payments.effects().map((e) => `${String(e.payload["customer"])} ${String(e.payload["amount"])}`);
+const paid = () => env.payments.effects().map((e) => `${String(e.payload["customer"])} ${String(e.payload["amount"])}`);
 
 /** The app that keeps AISDK-8 (helpers.ts), on this file's conversation and model. */
-const app = (model: () => LanguageModel = gemini) => keepingApp(payments, "chat_gemini", model);
+const app = (model: () => LanguageModel = gemini) => keepingApp(env.payments, "chat_gemini", model);
 
 const billAcme: ModelMessage[] = [{ role: "user", content: "bill acme" }];
 const errorOf = (parts: readonly { type: string }[]) => (parts.find((p) => p.type === "error") as { error?: unknown } | undefined)?.error;
@@ -51,13 +38,13 @@ describe("through @ai-sdk/google (Gemini API) against the mock provider", () => 
     expect(sent.steps).toEqual(["tool-calls", "stop"]);
     expect(sent.kept).toBe(true);
     expect(paid()).toEqual(["acme 12500"]);
-    expect(provider.requests.map((r) => [r.api, r.path, r.stream])).toEqual([
+    expect(env.provider.requests.map((r) => [r.api, r.path, r.stream])).toEqual([
       ["gemini", "/v1beta/models/gemini-2.5-flash:streamGenerateContent", true],
       ["gemini", "/v1beta/models/gemini-2.5-flash:streamGenerateContent", true],
     ]);
-    expect(provider.requests[0]!.headers["x-goog-api-key"]).toBe("AIzaSyExampleKey");
+    expect(env.provider.requests[0]!.headers["x-goog-api-key"]).toBe("AIzaSyExampleKey");
     // The second request carries the call and its functionResponse, paired by the call's id.
-    const contents = (provider.requests[1]!.body as { contents: { role: string; parts: Record<string, { id?: string }>[] }[] }).contents;
+    const contents = (env.provider.requests[1]!.body as { contents: { role: string; parts: Record<string, { id?: string }>[] }[] }).contents;
     expect(contents.map((c) => [c.role, Object.keys(c.parts[0]!)[0]])).toEqual([["user", "text"], ["model", "functionCall"], ["user", "functionResponse"]]);
     expect(contents[2]!.parts[0]!["functionResponse"]!.id).toBe(contents[1]!.parts[0]!["functionCall"]!.id);
   });
@@ -70,18 +57,18 @@ describe("through @ai-sdk/google (Gemini API) against the mock provider", () => 
       const result = await generateText({ model: gemini(), messages: billAcme, tools: forTurn.tools, stopWhen: stepCountIs(3), maxRetries: 0 });
       outputs.push(result.steps[0]!.toolResults.map((r) => r.output));
     }
-    expect(provider.requests.map((r) => r.path.split(":").at(-1))).toEqual(["generateContent", "generateContent", "generateContent", "generateContent"]);
+    expect(env.provider.requests.map((r) => r.path.split(":").at(-1))).toEqual(["generateContent", "generateContent", "generateContent", "generateContent"]);
     expect(paid()).toEqual(["acme 12500"]);
     expect(runs).toHaveLength(1);
     expect(outputs[1]).toEqual(outputs[0]);
-    expect(outputs[0]).toEqual([{ invoice: payments.effects()[0]!.resourceId, amount: 12_500 }]);
+    expect(outputs[0]).toEqual([{ invoice: env.payments.effects()[0]!.resourceId, amount: 12_500 }]);
   });
 
   it("the route refuses a request without the key in Google's envelope, and @ai-sdk/google reports its message", async () => {
-    const keyless = createGoogleGenerativeAI({ baseURL: provider.geminiBaseURL, apiKey: "x", headers: { "x-goog-api-key": "" } })("gemini-2.5-flash");
+    const keyless = createGoogleGenerativeAI({ baseURL: env.provider.geminiBaseURL, apiKey: "x", headers: { "x-goog-api-key": "" } })("gemini-2.5-flash");
     const parts = await drain(streamText({ model: keyless, messages: billAcme, maxRetries: 0, onError: () => {} }).fullStream);
     expect(String((errorOf(parts) as Error | undefined)?.message)).toMatch(/unregistered callers/);
-    expect(provider.requests[0]!.outcome).toBe("invalid_request");
+    expect(env.provider.requests[0]!.outcome).toBe("invalid_request");
   });
 
   for (const dispatchAt of ["tool-call", "step"] as const) {
@@ -89,16 +76,16 @@ describe("through @ai-sdk/google (Gemini API) against the mock provider", () => 
       it(`the chapter's incident, ${name}, dispatch at ${dispatchAt}: the stream is cut after the call, before finishReason; the app's retry bills once and tells the truth`, async () => {
         const { request, settle, runs } = app(model);
         // The stream pauses after the functionCall chunk ...
-        provider.faults.enqueue({ kind: "hold", at: { afterToolUseStop: 0 } });
+        env.provider.faults.enqueue({ kind: "hold", at: { afterToolUseStop: 0 } });
         const cut = request(billAcme, dispatchAt);
         if (dispatchAt === "tool-call") {
           // ... the call ran from its tool-call part, before the step finished ...
-          await until(() => payments.effects().length === 1);
+          await until(() => env.payments.effects().length === 1);
         } else {
-          await provider.waitForHold();
+          await env.provider.waitForHold();
         }
         // ... and the connection dies before the chunk with finishReason.
-        provider.cutNow();
+        env.provider.cutNow();
         const first = await cut;
         expect(first.kept).toBe(false);
         expect(first.told).toEqual([]);
@@ -109,7 +96,7 @@ describe("through @ai-sdk/google (Gemini API) against the mock provider", () => 
         expect(paid()).toEqual(["acme 12500"]);
         expect(runs).toHaveLength(1);
         // What the app tells is the one invoice of the effect log.
-        expect(retried.told).toEqual([{ invoice: payments.effects()[0]!.resourceId, amount: 12_500 }]);
+        expect(retried.told).toEqual([{ invoice: env.payments.effects()[0]!.resourceId, amount: 12_500 }]);
         expect(await retried.turn.unansweredCalls()).toEqual({ listed: true, calls: [] });
       });
     }
@@ -118,15 +105,15 @@ describe("through @ai-sdk/google (Gemini API) against the mock provider", () => 
   for (const wrapped of [false, true]) {
     it(`the chapter's incident in the closing answer, ${wrapped ? "wrapped: paid once" : "the control, the app's tools unwrapped: acme is paid twice"}`, async () => {
       const { request, runs } = app();
-      const unwrapped = { create_invoice: invoiceTool(payments) };
+      const unwrapped = { create_invoice: invoiceTool(env.payments) };
       const send = async () => {
         if (wrapped) return (await request(billAcme, "step")).kept;
         const parts = await drain(streamText({ model: gemini(), messages: billAcme, tools: unwrapped, stopWhen: stepCountIs(3), maxRetries: 0, onError: () => {} }).fullStream);
         return !parts.some((p) => p.type === "error");
       };
       // The first step (the call) plays whole and the invoice is made; the second request's body (the closing answer) dies after its first chunk.
-      provider.faults.enqueue({ kind: "timing", timing: {} });
-      provider.faults.enqueue({ kind: "reset", at: { event: 3 } });
+      env.provider.faults.enqueue({ kind: "timing", timing: {} });
+      env.provider.faults.enqueue({ kind: "reset", at: { event: 3 } });
       expect(await send()).toBe(false);
       expect(paid()).toEqual(["acme 12500"]);
       // The app sends the turn again (AISDK-6).
@@ -138,11 +125,11 @@ describe("through @ai-sdk/google (Gemini API) against the mock provider", () => 
 
   it("AISDK-4: a stream cut before the functionCall chunk (in the call's arguments) dispatches nothing; the retry bills once", async () => {
     const { request, runs } = app();
-    provider.faults.enqueue({ kind: "reset", at: { toolUse: 0, afterFragment: 1 } });
+    env.provider.faults.enqueue({ kind: "reset", at: { toolUse: 0, afterFragment: 1 } });
     const cut = await request(billAcme, "tool-call");
     expect(cut.kept).toBe(false);
     expect(cut.parts.filter((p) => p.type === "tool-call")).toEqual([]);
-    expect(payments.effects()).toEqual([]);
+    expect(env.payments.effects()).toEqual([]);
     expect(runs).toEqual([]);
     const retried = await request(billAcme, "tool-call");
     expect(retried.kept).toBe(true);
@@ -153,7 +140,7 @@ describe("through @ai-sdk/google (Gemini API) against the mock provider", () => 
     for (const dispatchAt of ["tool-call", "step"] as const) {
       it(`AISDK-8, AISDK-16, ${name}, dispatch at ${dispatchAt}: a body closed cleanly after the call, before finishReason, is not kept, and the re-send bills once`, async () => {
         const { request, settle } = app(model);
-        provider.faults.enqueue({ kind: "clean_close", at: { afterToolUseStop: 0 } });
+        env.provider.faults.enqueue({ kind: "clean_close", at: { afterToolUseStop: 0 } });
         const cut = await request(billAcme, dispatchAt);
         expect(cut.kept).toBe(false);
         // Unguarded, @ai-sdk/google finishes the step "other" with no error part: AISDK-8's app does not keep it.
@@ -163,7 +150,7 @@ describe("through @ai-sdk/google (Gemini API) against the mock provider", () => 
         expect(StreamIncompleteError.isInstance(error), String(error)).toBe(model === guarded);
         if (model === guarded) expect((error as StreamIncompleteError).finishEvent).toBe("finishReason");
         if (dispatchAt === "tool-call") await settle();
-        expect(payments.effects()).toHaveLength(dispatchAt === "tool-call" ? 1 : 0);
+        expect(env.payments.effects()).toHaveLength(dispatchAt === "tool-call" ? 1 : 0);
         const resent = await request(billAcme, dispatchAt);
         expect(resent.kept).toBe(true);
         expect(paid()).toEqual(["acme 12500"]);
@@ -174,7 +161,7 @@ describe("through @ai-sdk/google (Gemini API) against the mock provider", () => 
   for (const [name, model] of [["unguarded", gemini], ["under spliceGuard()", guarded]] as const) {
     it(`AISDK-8, ${name}: an in-stream error (a data: line of Google's error envelope on the 200) is not kept; the re-send bills once`, async () => {
       const { request, settle } = app(model);
-      provider.faults.enqueue({ kind: "error_event", at: { afterToolUseStop: 0 }, error: { type: "overloaded_error", message: "The model is overloaded. Please try again later." } });
+      env.provider.faults.enqueue({ kind: "error_event", at: { afterToolUseStop: 0 }, error: { type: "overloaded_error", message: "The model is overloaded. Please try again later." } });
       const failed = await request(billAcme, "tool-call");
       expect(failed.kept).toBe(false);
       // @ai-sdk/google 3.0.129 parses the error chunk as a chunk of nothing (every field of its schema is optional):
@@ -209,7 +196,7 @@ describe("AISDK-16: a response spliced into a Gemini body", () => {
   for (const { shape, at, messageStart, lead, sign } of shapes) {
     it(`without the guard, ${shape}: @ai-sdk/google takes it in as one step, acme is paid twice`, async () => {
       const { request, settle } = app();
-      provider.faults.enqueue({ kind: "splice", at, messageStart, ...(lead ? { lead } : {}) });
+      env.provider.faults.enqueue({ kind: "splice", at, messageStart, ...(lead ? { lead } : {}) });
       const sent = await request(messages, "step");
       await settle();
       expect(sent.parts.filter((p) => p.type === "tool-call").length).toBeGreaterThanOrEqual(3);
@@ -219,13 +206,13 @@ describe("AISDK-16: a response spliced into a Gemini body", () => {
     for (const dispatchAt of ["step", "tool-call"] as const) {
       it(`under spliceGuard(), ${shape}, dispatch at ${dispatchAt}: the request fails at the splice, its re-send pays each once`, async () => {
         const { request, settle, runs } = app(guarded);
-        provider.faults.enqueue({ kind: "splice", at, messageStart, ...(lead ? { lead } : {}) });
+        env.provider.faults.enqueue({ kind: "splice", at, messageStart, ...(lead ? { lead } : {}) });
         const failed = await request(messages, dispatchAt);
         const error = errorOf(failed.parts);
         expect(StreamIncompleteError.isInstance(error), String(error)).toBe(true);
         expect((error as StreamIncompleteError).streamError).toMatch(sign);
         expect(failed.steps).toEqual(["error"]);
-        expect(provider.requests).toHaveLength(1);
+        expect(env.provider.requests).toHaveLength(1);
         if (dispatchAt === "tool-call") await settle();
         const calls = "afterToolUseStop" in at ? 1 : 2;
         expect(failed.parts.filter((p) => p.type === "tool-call")).toHaveLength(calls);
@@ -257,7 +244,7 @@ describe("AISDK-15: providerToolsGuard() on the Gemini model", () => {
       const error = await send({ code_execution: as(tools().codeExecution({})) }, policy);
       expect([error?.code, error?.field]).toEqual(["invalid_argument", "params.tools[1] (code_execution)"]);
     }
-    expect(provider.requests).toHaveLength(0);
+    expect(env.provider.requests).toHaveLength(0);
   });
 
   for (const [name, make] of [
@@ -267,11 +254,11 @@ describe("AISDK-15: providerToolsGuard() on the Gemini model", () => {
     it(`refuses ${name} (a read the provider runs) by default, before anything is sent; passes it under providerTools: "allow-reads"`, async () => {
       const refused = await send({ [name.slice(7)]: make() });
       expect([refused?.code, refused?.field]).toEqual(["invalid_argument", `params.tools[1] (${name.slice(7)})`]);
-      expect(provider.requests).toHaveLength(0);
+      expect(env.provider.requests).toHaveLength(0);
       expect(await send({ [name.slice(7)]: make() }, "allow-reads")).toBeUndefined();
-      expect(provider.requests).toHaveLength(1);
+      expect(env.provider.requests).toHaveLength(1);
       // @ai-sdk/google sends it as its own entry of `tools`, beside the function declarations.
-      const sentTools = (provider.requests[0]!.body as { tools?: Record<string, unknown>[] }).tools ?? [];
+      const sentTools = (env.provider.requests[0]!.body as { tools?: Record<string, unknown>[] }).tools ?? [];
       expect(sentTools.flatMap((t) => Object.keys(t)).sort()).toEqual(["functionDeclarations", name === "google.google_search" ? "googleSearch" : "urlContext"]);
     });
   }

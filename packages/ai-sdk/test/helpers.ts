@@ -55,11 +55,8 @@ export async function settled(ledger: Ledger, conversationId: string): Promise<v
 /** The in-memory ledger is volatile: these tests are about the AI SDK's turns, not durability (LEDGER-14). */
 export const quiet = { allowVolatileLedgerForUnkeyedWrites: true, logger: { warn: () => {} } };
 
-/**
- * A mock Messages API playing `plans` and a mock payments API, fresh for each test of the file,
- * and the AI SDK's Anthropic model pointed at it.
- */
-export function anthropicPerTest(seed: string, plans: Parameters<typeof scriptFromPlans>[0]): { env: { provider: MockProvider; payments: MockPaymentsServer }; model: () => LanguageModel } {
+/** A mock provider playing `plans` (its Messages, Bedrock, Converse, Vertex and Gemini routes) and a mock payments API, fresh for each test of the file. */
+export function mocksPerTest(seed: string, plans: Parameters<typeof scriptFromPlans>[0]): { provider: MockProvider; payments: MockPaymentsServer } {
   const env = {} as { provider: MockProvider; payments: MockPaymentsServer };
   beforeEach(async () => {
     env.payments = await startMockPayments();
@@ -69,6 +66,12 @@ export function anthropicPerTest(seed: string, plans: Parameters<typeof scriptFr
     await env.provider.close();
     await env.payments.close();
   });
+  return env;
+}
+
+/** `mocksPerTest`, and the AI SDK's Anthropic model pointed at its Messages route. */
+export function anthropicPerTest(seed: string, plans: Parameters<typeof scriptFromPlans>[0]): { env: { provider: MockProvider; payments: MockPaymentsServer }; model: () => LanguageModel } {
+  const env = mocksPerTest(seed, plans);
   return { env, model: () => createAnthropic({ baseURL: `${env.provider.baseURL}/v1`, apiKey: "test" })("claude-sonnet-4-5") };
 }
 
