@@ -1,6 +1,10 @@
+import { signThinking } from "./thinking.js";
+
 /*
  * Google's Gemini API (`POST /v1beta/models/{model}:streamGenerateContent?alt=sse`,
- * `:generateContent` without streaming), as Google's API reference describes it
+ * `:generateContent` without streaming), and Gemini on Vertex AI (`POST
+ * /v1beta1/projects/{p}/locations/{l}/publishers/google/models/{model}:streamGenerateContent`,
+ * or `/v1/publishers/google/models/...` in express mode), as Google's API reference describes it
  * (GenerateContentRequest, GenerateContentResponse, Candidate.FinishReason, the `x-goog-api-key`
  * header, the `{error: {code, message, status}}` envelope) and `@ai-sdk/google` 3.0.129 reads it.
  * The mock's model is the Messages API's: a Gemini request is read as the Messages request it
@@ -76,8 +80,14 @@ export function messagesFromGemini(body: unknown, model: string, stream: boolean
   out["messages"] = Array.isArray(contents)
     ? contents.map((c: unknown) => {
         if (!isObject(c) || !Array.isArray(c["parts"])) return c;
+        // A model turn's thought parts (`thought: true`) are its thinking block; the turn's thoughtSignature (on
+        // whichever part carries it: the first call, a text) is that block's signature, checked as the Messages API checks it.
+        const thoughts = c["parts"].filter((p): p is Json => isObject(p) && p["thought"] === true && typeof p["text"] === "string");
+        const signature = c["parts"].find((p): p is Json => isObject(p) && typeof p["thoughtSignature"] === "string")?.["thoughtSignature"];
+        const thinking = thoughts.length > 0 ? [{ type: "thinking", thinking: thoughts.map((p) => String(p["text"])).join(""), signature }] : [];
         const content = c["parts"].flatMap((p: unknown): unknown[] => {
           if (!isObject(p)) return [p];
+          if (p["thought"] === true && typeof p["text"] === "string") return [];
           if (typeof p["text"] === "string") return p["text"] === "" ? [] : [{ type: "text", text: p["text"] }];
           const call = p["functionCall"];
           if (isObject(call)) {
@@ -99,7 +109,7 @@ export function messagesFromGemini(body: unknown, model: string, stream: boolean
           if ("thoughtSignature" in p) return [];
           return [p];
         });
-        return { role: c["role"] === "model" ? "assistant" : c["role"], content };
+        return { role: c["role"] === "model" ? "assistant" : c["role"], content: [...thinking, ...content] };
       })
     : contents;
   const system = body["systemInstruction"];
@@ -110,6 +120,13 @@ export function messagesFromGemini(body: unknown, model: string, stream: boolean
   const generation = isObject(body["generationConfig"]) ? body["generationConfig"] : {};
   out["max_tokens"] = typeof generation["maxOutputTokens"] === "number" ? generation["maxOutputTokens"] : 8192;
   if (typeof generation["temperature"] === "number") out["temperature"] = generation["temperature"];
+  // Thoughts asked for (`thinkingConfig.includeThoughts`): the Messages request's thinking, so the script's turn opens with one.
+  const thinkingConfig = isObject(generation["thinkingConfig"]) ? generation["thinkingConfig"] : {};
+  if (thinkingConfig["includeThoughts"] === true) {
+    const budget = typeof thinkingConfig["thinkingBudget"] === "number" && thinkingConfig["thinkingBudget"] > 1024 ? thinkingConfig["thinkingBudget"] : 1024;
+    out["thinking"] = { type: "enabled", budget_tokens: budget };
+    if ((out["max_tokens"] as number) <= budget) out["max_tokens"] = budget + 8192;
+  }
   const tools = body["tools"];
   if (Array.isArray(tools)) {
     // Provider-run tools (googleSearch, codeExecution, urlContext) have no Messages counterpart: the mock does not run them.
@@ -146,74 +163,189 @@ export function geminiFinishReason(stopReason: unknown): string {
 
 const candidate = (parts: Json[], extra: Json = {}): Json => ({ candidates: [{ content: { role: "model", parts }, ...extra, index: 0 }] });
 
+/** A `partialArgs` entry's value field (Vertex AI's PartialArg: one of stringValue, numberValue, boolValue, nullValue). */
+function partialValue(value: unknown): Json {
+  if (typeof value === "string") return { stringValue: value };
+  if (typeof value === "number") return { numberValue: value };
+  if (typeof value === "boolean") return { boolValue: value };
+  return { nullValue: "NULL_VALUE" };
+}
+
+/** The leaves of a call's arguments as JSON paths (RFC 9535, `$.a.b[0]`), in order. Empty objects and arrays have no leaf: Vertex AI's partial args cannot say them. */
+function leavesOf(value: unknown, path = "$"): { jsonPath: string; value: unknown }[] {
+  if (Array.isArray(value)) return value.flatMap((v, i) => leavesOf(v, `${path}[${i}]`));
+  if (isObject(value)) return Object.entries(value).flatMap(([k, v]) => leavesOf(v, `${path}.${k}`));
+  return [{ jsonPath: path, value }];
+}
+
+/**
+ * The part of a call's argument text streamed so far whose values are whole: the text up to its
+ * last comma between two members (outside strings), its open containers closed. `undefined` until
+ * one member is whole.
+ */
+function settledArgs(text: string): unknown {
+  const stack: string[] = [];
+  let inString = false;
+  let escaped = false;
+  let settled: string | undefined;
+  for (let i = 0; i < text.length; i++) {
+    const ch = text[i]!;
+    if (inString) {
+      if (escaped) escaped = false;
+      else if (ch === "\\") escaped = true;
+      else if (ch === '"') inString = false;
+      continue;
+    }
+    if (ch === '"') inString = true;
+    else if (ch === "{" || ch === "[") stack.push(ch === "{" ? "}" : "]");
+    else if (ch === "}" || ch === "]") stack.pop();
+    else if (ch === ",") settled = text.slice(0, i) + [...stack].reverse().join("");
+  }
+  if (settled === undefined) return undefined;
+  try {
+    return JSON.parse(settled);
+  } catch {
+    return undefined;
+  }
+}
+
+export interface GeminiChunksOptions {
+  /**
+   * Stream each call's arguments as Vertex AI does when the request's
+   * `toolConfig.functionCallingConfig.streamFunctionCallArguments` is true: a first part with the
+   * call's name and `willContinue: true`, then `partialArgs` (`jsonPath` and a value; a string in
+   * two pieces, the first `willContinue`) as the arguments' members become whole, then a terminal
+   * part `functionCall: {}`. Otherwise a call is whole in one part, as the Gemini API sends it.
+   */
+  streamArgs?: boolean;
+}
+
 /**
  * Sends a Messages response's events as Gemini's SSE chunks at the same points. Gemini has no
- * start chunk and no block events: a text delta is a chunk with a text part; a call is whole in
- * one chunk, its `functionCall` with its parsed `args`, at its block's `content_block_stop`; the
- * stop reason (`message_delta`) is the last chunk, with `finishReason` and `usageMetadata`. Every
- * chunk names its response (`responseId`) and the model (`modelVersion`). A spliced response with
- * its own `message_start` brings its own `responseId`; one without (headless: its first block
- * restarts an index this response already used) carries none, as a proxy that stitched bodies
- * together without the upstream's identity would send it.
+ * start chunk and no block events: a text delta is a chunk with a text part, a thinking delta one
+ * with a thought part (`thought: true`); a call is whole in one chunk, its `functionCall` with its
+ * parsed `args`, at its block's `content_block_stop` (streamed, see `streamArgs`); the stop reason
+ * (`message_delta`) is the last chunk, with `finishReason` and `usageMetadata`. A thinking block's
+ * signature is the `thoughtSignature` of the next part (the step's first call, else a text, else
+ * the last chunk's empty text), as Gemini signs a thinking turn. Every chunk names its response
+ * (`responseId`) and the model (`modelVersion`). A spliced response with its own `message_start`
+ * brings its own `responseId`; one without (headless: its first block restarts an index this
+ * response already used) carries none, as a proxy that stitched bodies together without the
+ * upstream's identity would send it.
  */
 export class GeminiChunks {
   private responseId: string | undefined;
   private readonly seen = new Set<number>();
-  private readonly calls = new Map<number, { id: unknown; name: unknown; json: string }>();
+  private readonly calls = new Map<number, { id: unknown; name: unknown; json: string; sent: Set<string> }>();
+  private readonly thinking = new Map<number, string>();
+  private signature: string | undefined;
 
   constructor(
     private readonly model: string,
     private readonly usage: { input: number; output: number },
+    private readonly options: GeminiChunksOptions = {},
   ) {}
 
   private chunk(body: Json): Json {
     return { ...body, ...(this.responseId !== undefined ? { responseId: this.responseId } : {}), modelVersion: this.model };
   }
 
-  /** The chunk standing at a Messages event's point, or `undefined` where Gemini sends nothing. */
+  /** A part, with the pending thinking signature if one waits. */
+  private signed(part: Json): Json {
+    if (this.signature === undefined) return part;
+    const signed = { ...part, thoughtSignature: this.signature };
+    this.signature = undefined;
+    return signed;
+  }
+
+  /** The chunk standing at a Messages event's point, or `undefined` where Gemini sends nothing (with streamed arguments, a call's last event has two: see `chunksOf`). */
   of(data: Json): Json | undefined {
+    return this.chunksOf(data)[0];
+  }
+
+  /** The chunks standing at a Messages event's point, none where Gemini sends nothing. */
+  chunksOf(data: Json): Json[] {
     const index = typeof data["index"] === "number" ? data["index"] : -1;
     switch (data["type"]) {
       case "message_start": {
         const message = isObject(data["message"]) ? data["message"] : {};
         this.responseId = typeof message["id"] === "string" ? message["id"].replace(/^msg_/, "") : undefined;
         this.seen.clear();
-        return undefined;
+        return [];
       }
       case "content_block_start": {
         if (this.seen.has(index)) this.responseId = undefined;
         this.seen.add(index);
         const block = isObject(data["content_block"]) ? data["content_block"] : {};
-        if (block["type"] === "tool_use") this.calls.set(index, { id: block["id"], name: block["name"], json: "" });
-        return undefined;
+        if (block["type"] === "thinking") this.thinking.set(index, "");
+        if (block["type"] !== "tool_use") return [];
+        this.calls.set(index, { id: block["id"], name: block["name"], json: "", sent: new Set() });
+        if (!this.options.streamArgs) return [];
+        return [this.chunk(candidate([this.signed({ functionCall: { id: block["id"], name: block["name"], willContinue: true } })]))];
       }
       case "content_block_delta": {
         const delta = isObject(data["delta"]) ? data["delta"] : {};
-        if (delta["type"] === "text_delta") return this.chunk(candidate([{ text: delta["text"] }]));
-        if (delta["type"] === "thinking_delta") return this.chunk(candidate([{ text: delta["thinking"], thought: true }]));
-        if (delta["type"] === "input_json_delta") {
-          const call = this.calls.get(index);
-          if (call) call.json += String(delta["partial_json"] ?? "");
+        if (delta["type"] === "text_delta") return [this.chunk(candidate([this.signed({ text: delta["text"] })]))];
+        if (delta["type"] === "thinking_delta") {
+          this.thinking.set(index, (this.thinking.get(index) ?? "") + String(delta["thinking"] ?? ""));
+          return [this.chunk(candidate([{ text: delta["thinking"], thought: true }]))];
         }
-        return undefined;
+        if (delta["type"] !== "input_json_delta") return [];
+        const call = this.calls.get(index);
+        if (!call) return [];
+        call.json += String(delta["partial_json"] ?? "");
+        if (!this.options.streamArgs) return [];
+        const partialArgs = this.newLeaves(call, settledArgs(call.json));
+        return partialArgs.length === 0 ? [] : [this.chunk(candidate([{ functionCall: { partialArgs, willContinue: true } }]))];
       }
       case "content_block_stop": {
+        const thought = this.thinking.get(index);
+        if (thought !== undefined) {
+          this.thinking.delete(index);
+          this.signature = signThinking(thought);
+          return [];
+        }
         const call = this.calls.get(index);
-        if (!call) return undefined;
+        if (!call) return [];
         this.calls.delete(index);
         const args: unknown = call.json === "" ? {} : JSON.parse(call.json);
-        return this.chunk(candidate([{ functionCall: { id: call.id, name: call.name, args } }]));
+        if (!this.options.streamArgs) return [this.chunk(candidate([this.signed({ functionCall: { id: call.id, name: call.name, args } })]))];
+        const partialArgs = this.newLeaves(call, args);
+        return [
+          ...(partialArgs.length > 0 ? [this.chunk(candidate([{ functionCall: { partialArgs, willContinue: true } }]))] : []),
+          this.chunk(candidate([{ functionCall: {} }])),
+        ];
       }
       case "message_delta": {
         const delta = isObject(data["delta"]) ? data["delta"] : {};
-        return this.chunk({
-          ...candidate([{ text: "" }], { finishReason: geminiFinishReason(delta["stop_reason"]) }),
-          usageMetadata: { promptTokenCount: this.usage.input, candidatesTokenCount: this.usage.output, totalTokenCount: this.usage.input + this.usage.output },
-        });
+        return [
+          this.chunk({
+            ...candidate([this.signed({ text: "" })], { finishReason: geminiFinishReason(delta["stop_reason"]) }),
+            usageMetadata: { promptTokenCount: this.usage.input, candidatesTokenCount: this.usage.output, totalTokenCount: this.usage.input + this.usage.output },
+          }),
+        ];
       }
       default:
-        return undefined;
+        return [];
     }
+  }
+
+  /** The `partialArgs` of the leaves of `args` not yet sent for this call; a string of more than one character in two pieces, the first `willContinue`. */
+  private newLeaves(call: { sent: Set<string> }, args: unknown): Json[] {
+    if (args === undefined) return [];
+    return leavesOf(args)
+      .filter((leaf) => leaf.jsonPath !== "$" && !call.sent.has(leaf.jsonPath))
+      .flatMap((leaf) => {
+        call.sent.add(leaf.jsonPath);
+        if (typeof leaf.value === "string" && leaf.value.length > 1) {
+          const half = Math.ceil(leaf.value.length / 2);
+          return [
+            { jsonPath: leaf.jsonPath, stringValue: leaf.value.slice(0, half), willContinue: true },
+            { jsonPath: leaf.jsonPath, stringValue: leaf.value.slice(half) },
+          ];
+        }
+        return [{ jsonPath: leaf.jsonPath, ...partialValue(leaf.value) }];
+      });
   }
 }
 

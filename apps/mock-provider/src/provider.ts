@@ -235,7 +235,7 @@ type MessagesIncoming = IncomingMessage & { body?: unknown };
  * request names the model and whether it streams in its path, carries `anthropic_version` in its
  * body, and (Bedrock) streams in the AWS event-stream framing.
  */
-type Route = { api: "messages" } | { api: Exclude<CloudApi, "messages">; model: string; stream: boolean };
+type Route = { api: "messages" } | { api: Exclude<CloudApi, "messages">; model: string; stream: boolean; vertex?: boolean };
 const MESSAGES_ROUTE: Route = { api: "messages" };
 
 /**
@@ -255,8 +255,15 @@ function cloudRoute(url: string): Route | undefined {
   // Google's Gemini API (`@ai-sdk/google`): `/v1beta/models/{model}:streamGenerateContent?alt=sse`, `:generateContent` without.
   const gemini = /^\/v1beta\/models\/([^/:]+):(streamGenerateContent|generateContent)$/.exec(path);
   if (gemini) return { api: "gemini", model: decodeURIComponent(gemini[1]!), stream: gemini[2] === "streamGenerateContent" };
+  // Gemini on Vertex AI (`@ai-sdk/google-vertex`): `/v1beta1/projects/{p}/locations/{l}/publishers/google/models/{model}:streamGenerateContent?alt=sse`
+  // (`/v1/...` too), or in express mode (an API key, no project) `/v1/publishers/google/models/{model}:...`. The Gemini API's shapes.
+  const vertexGemini = /^\/(?:v1|v1beta1)\/(?:projects\/[^/]+\/locations\/[^/]+\/)?publishers\/google\/models\/([^/:]+):(streamGenerateContent|generateContent)$/.exec(path);
+  if (vertexGemini) return { api: "gemini", model: decodeURIComponent(vertexGemini[1]!), stream: vertexGemini[2] === "streamGenerateContent", vertex: true };
   return undefined;
 }
+
+/** A Vertex AI Gemini path (the route's `vertex`), as the request record keeps it. */
+const VERTEX_GEMINI_PATH = /\/publishers\/google\/models\//;
 
 /** Bedrock's error envelope: `{"message"}` and the exception's name in `x-amzn-ErrorType`, by status. */
 function bedrockErrorType(status: number): string {
@@ -872,6 +879,8 @@ class Provider implements MockProvider {
       if (!headers["anthropic-version"]) {
         return reject(400, "invalid_request_error", "anthropic-version: header is required", "invalid_request");
       }
+    } else if (route.api === "gemini" && route.vertex === true && /^Bearer\s+\S/i.test(headers["authorization"] ?? "")) {
+      // Vertex AI: a Google OAuth bearer token (not verified here), or an express-mode API key in `x-goog-api-key` (below).
     } else if (route.api === "gemini") {
       // The Gemini API's key: the `x-goog-api-key` header (or `?key=`). None: 403; not the configured one: 400, as Google answers.
       const apiKey = headers["x-goog-api-key"] ?? new URLSearchParams((req.url ?? "").split("?")[1] ?? "").get("key") ?? undefined;
@@ -1185,7 +1194,10 @@ class Provider implements MockProvider {
     let batchBytes: Buffer[] = [];
     const messageUsage = (rendered.message as { usage?: { input_tokens?: number; output_tokens?: number } }).usage;
     const converseUsage = { input: messageUsage?.input_tokens ?? 0, output: messageUsage?.output_tokens ?? 0 };
-    const gemini = api === "gemini" ? new GeminiChunks(String((rendered.message as { model?: unknown }).model ?? ""), converseUsage) : undefined;
+    // Vertex AI streams a call's arguments when the request asks (`toolConfig.functionCallingConfig.streamFunctionCallArguments`); the Gemini API never does.
+    const functionCalling = (record.body as { toolConfig?: { functionCallingConfig?: { streamFunctionCallArguments?: unknown } } } | null)?.toolConfig?.functionCallingConfig;
+    const streamArgs = VERTEX_GEMINI_PATH.test(record.path) && functionCalling?.streamFunctionCallArguments === true;
+    const gemini = api === "gemini" ? new GeminiChunks(String((rendered.message as { model?: unknown }).model ?? ""), converseUsage, { streamArgs }) : undefined;
     // One event's bytes on this route, or undefined when the route sends nothing for it (for `truncate`).
     const encodeAlone = (planned: PlannedEvent): Buffer | undefined => {
       if (api === "bedrock") return bedrockChunk(planned.data);
@@ -1194,8 +1206,8 @@ class Provider implements MockProvider {
         return event ? converseFrame(event[0], event[1]) : undefined;
       }
       if (gemini) {
-        const chunk = gemini.of(planned.data);
-        return chunk ? Buffer.from(geminiSse(chunk)) : undefined;
+        const chunks = gemini.chunksOf(planned.data);
+        return chunks.length > 0 ? Buffer.from(chunks.map(geminiSse).join("")) : undefined;
       }
       return Buffer.from(`event: ${planned.type}\ndata: ${JSON.stringify(planned.data)}\n\n`);
     };
@@ -1217,8 +1229,7 @@ class Provider implements MockProvider {
         if (event) batchBytes.push(converseFrame(event[0], event[1]));
       } else if (gemini) {
         // The Gemini chunk at this point, or none (a start, a block's start, a call's fragment, a ping): the same positions for faults.
-        const chunk = gemini.of(planned.data);
-        if (chunk) batchText += geminiSse(chunk);
+        for (const chunk of gemini.chunksOf(planned.data)) batchText += geminiSse(chunk);
       } else batchText += `event: ${planned.type}\ndata: ${JSON.stringify(planned.data)}\n\n`;
     };
     const flush = async () => {

@@ -6,7 +6,7 @@
  */
 import { crc32 } from "node:zlib";
 import { afterEach, describe, expect, it } from "vitest";
-import { startMockProvider, type MockProvider } from "../src/index.js";
+import { signThinking, startMockProvider, type MockProvider } from "../src/index.js";
 
 const providers: MockProvider[] = [];
 afterEach(async () => {
@@ -217,6 +217,58 @@ describe("Google Gemini API route", () => {
     expect([keyless.status, ((await keyless.json()) as any).error.status]).toEqual([403, "PERMISSION_DENIED"]);
     const throttled = await post(`${base}:generateContent`, geminiBody, { "x-goog-api-key": "k" }, { kind: "status", status: 429 });
     expect([throttled.status, ((await throttled.json()) as any).error]).toMatchObject([429, { code: 429, status: "RESOURCE_EXHAUSTED" }]);
+  });
+});
+
+describe("Gemini on Vertex AI route", () => {
+  const vertexGemini = (model: string, method: string) => `/v1beta1/projects/acme-prod/locations/us-central1/publishers/google/models/${model}:${method}`;
+  const body = (extra: Record<string, unknown>) => ({
+    contents: [{ role: "user", parts: [{ text: messages[0]!.content }] }],
+    tools: [{ functionDeclarations: [{ name: tools[0]!.name, parameters: tools[0]!.input_schema }] }],
+    ...extra,
+  });
+  const partsOf = async (response: Response) =>
+    (await response.text())
+      .split("\r\n\r\n")
+      .filter((e) => e !== "")
+      .map((e) => JSON.parse(e.replace(/^data: /, "")) as Record<string, any>)
+      .flatMap((c) => c["candidates"][0].content.parts as Record<string, any>[]);
+
+  it("with streamFunctionCallArguments: the call's name (willContinue), its members as partialArgs (a string in two pieces), then the terminal functionCall {}; thoughts first, the thinking's signature on the call", async () => {
+    const provider = await start();
+    const request = body({ toolConfig: { functionCallingConfig: { streamFunctionCallArguments: true } }, generationConfig: { thinkingConfig: { includeThoughts: true } } });
+    const response = await post(`${provider.url}${vertexGemini("gemini-3-pro-preview", "streamGenerateContent")}?alt=sse`, request, { authorization: "Bearer ya29.test" });
+    expect(response.status).toBe(200);
+    const parts = await partsOf(response);
+    const thoughts = parts.filter((p) => p["thought"] === true);
+    expect(thoughts.length).toBeGreaterThan(0);
+    const calls = parts.filter((p) => p["functionCall"]).map((p) => p["functionCall"]);
+    expect(calls[0]).toMatchObject({ name: "send_payment", willContinue: true });
+    expect(calls.at(-1)).toEqual({});
+    const partialArgs = calls.slice(1, -1).flatMap((c) => c.partialArgs);
+    expect(calls.slice(1, -1).every((c) => c.willContinue === true && c.args === undefined)).toBe(true);
+    expect(partialArgs).toEqual([
+      { jsonPath: "$.to", stringValue: "ac", willContinue: true },
+      { jsonPath: "$.to", stringValue: "me" },
+      { jsonPath: "$.amount_cents", numberValue: 1200 },
+    ]);
+    // The thinking's signature rides on the step's first call, and vouches for the thoughts' text.
+    const signed = parts.find((p) => p["functionCall"]?.name === "send_payment")!;
+    expect(signed["thoughtSignature"]).toBe(signThinking(thoughts.map((p) => p["text"]).join("")));
+    expect(provider.requests[0]).toMatchObject({ api: "gemini", stream: true, outcome: "complete" });
+  });
+
+  it("without it (or on the Gemini API's path) the call is whole; express mode takes x-goog-api-key at /v1/publishers/google; a request with neither a bearer token nor a key is refused", async () => {
+    const provider = await start();
+    const streamed = { toolConfig: { functionCallingConfig: { streamFunctionCallArguments: true } } };
+    const whole = await partsOf(await post(`${provider.url}${vertexGemini("gemini-2.5-flash", "streamGenerateContent")}?alt=sse`, body({}), { authorization: "Bearer ya29.test" }));
+    const gemini = await partsOf(await post(`${provider.geminiBaseURL}/models/gemini-2.5-flash:streamGenerateContent?alt=sse`, body(streamed), { "x-goog-api-key": "k" }));
+    for (const parts of [whole, gemini]) expect(parts.filter((p) => p["functionCall"]).map((p) => p["functionCall"].args)).toEqual([{ to: "acme", amount_cents: 1200 }]);
+    const express = await post(`${provider.url}/v1/publishers/google/models/gemini-2.5-flash:streamGenerateContent?alt=sse`, body({}), { "x-goog-api-key": "AQ.k" });
+    expect(express.status).toBe(200);
+    await express.text();
+    const anonymous = await post(`${provider.url}${vertexGemini("gemini-2.5-flash", "generateContent")}`, body({}), {});
+    expect([anonymous.status, ((await anonymous.json()) as any).error.code]).toEqual([403, 403]);
   });
 });
 
