@@ -60,12 +60,16 @@ class SpliceWatch {
   /** The Gemini body's candidate 0 gave a `finishReason` (or its prompt was blocked): the response's last chunk came. */
   geminiFinished = false;
   private geminiResponseId: string | undefined;
+  /** The name of the call whose arguments Vertex AI is streaming (`willContinue`, `partialArgs`), until its last part. */
+  private geminiStreaming: string | undefined;
   /** The provider passed on an error part (an exception frame, a frame that did not decode): it told the failure itself. */
   errored = false;
   private converseStarted = false;
   /** Converse content block positions: opened by a `contentBlockStart` (a tool use) or a block's first delta (text, reasoning), closed by its `contentBlockStop`. */
   private readonly converseOpen = new Set<number>();
   private readonly converseClosed = new Set<number>();
+  /** What each open Converse block holds (`toolUse`, `text`, `reasoningContent`), from its start or first delta: a block holds one kind. */
+  private readonly converseKinds = new Map<number, string>();
   private responseId: string | undefined;
   private metadataId: string | undefined;
   private readonly positions = new Set<number>();
@@ -154,7 +158,16 @@ class SpliceWatch {
     if (name === "contentBlockStart") {
       if (this.converseOpen.has(index)) return `contentBlockStart at contentBlockIndex ${index}, which already holds a block: another response in the stream`;
       this.converseOpen.add(index);
+      this.converseKinds.set(index, isRecord(event[name]) && isRecord(event[name]["start"]) && "toolUse" in event[name]["start"] ? "toolUse" : "other");
     } else if (name === "contentBlockDelta") {
+      // A delta of another kind than its open block's (text into a tool use, a tool use's input into
+      // text): a response resumed into this body at the block it left open (AISDK-16). One of the
+      // same kind is the block's own next delta to any reader of the stream: not a sign.
+      const delta = isRecord(event[name]) && isRecord(event[name]["delta"]) ? event[name]["delta"] : {};
+      const kind = "toolUse" in delta ? "toolUse" : "reasoningContent" in delta ? "reasoningContent" : "text" in delta || "citation" in delta ? "text" : undefined;
+      const open = this.converseKinds.get(index);
+      if (kind !== undefined && open !== undefined && open !== "other" && kind !== open) return `contentBlockDelta of ${kind} at contentBlockIndex ${index}, whose block is a ${open}: another response in the stream`;
+      if (kind !== undefined && open === undefined) this.converseKinds.set(index, kind);
       this.converseOpen.add(index);
     } else {
       this.converseOpen.delete(index);
@@ -190,9 +203,45 @@ class SpliceWatch {
     } else if (this.geminiResponseId !== undefined && carries) {
       return `a chunk without the responseId the stream's chunks carried (${this.geminiResponseId}): another response's chunk in the Gemini stream`;
     }
-    if (isRecord(candidate) && typeof candidate["finishReason"] === "string" && candidate["finishReason"] !== "") this.geminiFinished = true;
+    const streamed = this.geminiStreamedCall(parts);
+    if (streamed !== undefined) return streamed;
+    if (isRecord(candidate) && typeof candidate["finishReason"] === "string" && candidate["finishReason"] !== "") {
+      // @ai-sdk/google drops a streamed call its parts never ended, and finishes the step as if it had not begun.
+      if (this.geminiStreaming !== undefined) return `finishReason while the arguments of ${this.geminiStreaming} were streaming: the call never ended`;
+      this.geminiFinished = true;
+    }
     // A blocked prompt is answered by a chunk of promptFeedback alone: the response, whole.
     if (isRecord(event["promptFeedback"]) && typeof event["promptFeedback"]["blockReason"] === "string") this.geminiFinished = true;
+    return undefined;
+  }
+
+  /**
+   * Vertex AI's streamed call arguments (`streamFunctionCallArguments`): a call's parts come one
+   * after another, its name with `willContinue`, its `partialArgs`, and its last part (without
+   * `willContinue`, or the terminal `functionCall: {}`); nothing else comes between them. Another
+   * call begun, or text or a thought, while one streams, or a call's partialArgs while none does,
+   * is another response's, spliced in where this one's call was cut (`@ai-sdk/google` would begin
+   * a second call beside the open one and run it). Read without the `responseId`, which a proxy may strip.
+   */
+  private geminiStreamedCall(parts: unknown[]): string | undefined {
+    for (const part of parts) {
+      if (!isRecord(part)) continue;
+      const call = part["functionCall"];
+      if (!isRecord(call)) {
+        if (this.geminiStreaming !== undefined && !(part["text"] === "" || part["text"] === undefined)) return `a ${part["thought"] === true ? "thought" : "text"} part while the arguments of ${this.geminiStreaming} were streaming: another response in the Gemini stream`;
+        continue;
+      }
+      const more = call["willContinue"] === true || (Array.isArray(call["partialArgs"]) && call["partialArgs"].some((a) => isRecord(a) && a["willContinue"] === true));
+      if (typeof call["name"] === "string") {
+        if (this.geminiStreaming !== undefined) return `functionCall ${call["name"]} began while the arguments of ${this.geminiStreaming} were streaming: another response in the Gemini stream`;
+        if (more) this.geminiStreaming = call["name"];
+      } else {
+        // A terminal part with none streaming is let be (@ai-sdk/google ignores it, and Vertex AI may end a call both ways).
+        if (this.geminiStreaming === undefined && !Array.isArray(call["partialArgs"])) continue;
+        if (this.geminiStreaming === undefined) return "a functionCall's partialArgs with no call streaming: another response in the Gemini stream";
+        if (!more) this.geminiStreaming = undefined;
+      }
+    }
     return undefined;
   }
 
@@ -240,7 +289,8 @@ class SpliceWatch {
  * request is a failed attempt, not to be kept (AISDK-8) but sent again (AISDK-6). Raw parts
  * reach the app only when it asked for them (`includeRawChunks`). It reads the raw events of the
  * Responses API, the Messages API, Chat Completions, Bedrock's Converse API and Google's Gemini
- * API (`@ai-sdk/google`); of any other provider it sees only a second `response-metadata` id.
+ * API (`@ai-sdk/google`) and Gemini on Vertex AI (`@ai-sdk/google-vertex`, its streamed call
+ * arguments too); of any other provider it sees only a second `response-metadata` id.
  * @example const model = wrapLanguageModel({ model: openai.responses("gpt-5"), middleware: [providerToolsGuard(), spliceGuard()] });
  */
 export function spliceGuard(options: Record<string, never> = {}): LanguageModelMiddleware {

@@ -1,5 +1,5 @@
 import { createAmazonBedrock } from "@ai-sdk/amazon-bedrock";
-import { toolUse, turn } from "@dispatch-once/mock-provider";
+import { converseFrame, toolUse, turn } from "@dispatch-once/mock-provider";
 import { StreamIncompleteError } from "@dispatch-once/runner";
 import { generateText, stepCountIs, streamText, wrapLanguageModel, type LanguageModel, type ModelMessage, type ToolSet } from "ai";
 import { describe, expect, it } from "vitest";
@@ -191,6 +191,85 @@ describe("AISDK-16: a response spliced into a Converse body", () => {
         expect(paid().sort()).toEqual(["acme 5", "bob 7"]);
       });
     }
+  }
+});
+
+/*
+ * A proxy that resumes: its upstream died after sending part of a response, it sent the request
+ * again, skipped as many events of the new response as it had already passed on, and spliced the
+ * rest into the body. The spliced part begins inside a block the first response left open, with
+ * a delta at its contentBlockIndex: no messageStart, no position restarting at 0.
+ */
+describe("AISDK-16: a resumed response spliced into a Converse body, continuing its open block by a delta", () => {
+  const messages: ModelMessage[] = [{ role: "user", content: ask }];
+  type Event = [string, Record<string, unknown>];
+  const call = (index: number, id: string, input: object, json = JSON.stringify(input)): Event[] => [
+    ["contentBlockStart", { contentBlockIndex: index, start: { toolUse: { toolUseId: id, name: "create_invoice" } } }],
+    ["contentBlockDelta", { contentBlockIndex: index, delta: { toolUse: { input: json } } }],
+    ["contentBlockStop", { contentBlockIndex: index }],
+  ];
+  const text = (index: number, words: string): Event => ["contentBlockDelta", { contentBlockIndex: index, delta: { text: words } }];
+  const end: Event[] = [["messageStop", { stopReason: "tool_use" }], ["metadata", { usage: { inputTokens: 20, outputTokens: 40, totalTokens: 60 }, metrics: { latencyMs: 1 } }]];
+  const cases: { shape: string; body: Event[]; guardSees: RegExp | undefined }[] = [
+    {
+      // The first response paid acme and began a sentence at index 1; the second (which thought first, so its
+      // sentence is at index 1 too) goes on with it, then calls for acme and bob at 2 and 3. Every event is one a
+      // response may send: a stream-reading guard cannot tell it from a model that bills acme twice.
+      shape: "a text delta into the open text block",
+      body: [["messageStart", { role: "assistant" }], ...call(0, "tooluse_first_acme", { customer: "acme", amount: 5 }), text(1, "Billed acme, now "), text(1, "I will bill acme and bob."), ["contentBlockStop", { contentBlockIndex: 1 }], ...call(2, "tooluse_second_acme", { customer: "acme", amount: 5 }), ...call(3, "tooluse_second_bob", { customer: "bob", amount: 7 }), ...end],
+      guardSees: undefined,
+    },
+    {
+      // The first response paid acme and was streaming bob's call at index 1; the second had a sentence there.
+      // @ai-sdk/amazon-bedrock ends the call at its stop with the half input (a tool error) and runs the second's calls.
+      shape: "a text delta into the open toolUse block",
+      body: [["messageStart", { role: "assistant" }], ...call(0, "tooluse_first_acme", { customer: "acme", amount: 5 }), ...call(1, "tooluse_first_bob", {}, '{"customer":"bo').slice(0, 2), text(1, "I will bill acme and bob."), ["contentBlockStop", { contentBlockIndex: 1 }], ...call(2, "tooluse_second_acme", { customer: "acme", amount: 5 }), ...call(3, "tooluse_second_bob", { customer: "bob", amount: 7 }), ...end],
+      guardSees: /^contentBlockDelta of text at contentBlockIndex 1, whose block is a toolUse: another response in the stream/,
+    },
+    {
+      // The reverse: the first response's sentence at index 1 is open; the second's call there goes on (its start skipped).
+      shape: "a toolUse delta into the open text block",
+      body: [["messageStart", { role: "assistant" }], ...call(0, "tooluse_first_acme", { customer: "acme", amount: 5 }), text(1, "Billed acme, now "), ["contentBlockDelta", { contentBlockIndex: 1, delta: { toolUse: { input: '"amount":5}' } } }], ["contentBlockStop", { contentBlockIndex: 1 }], ...call(2, "tooluse_second_acme", { customer: "acme", amount: 5 }), ...call(3, "tooluse_second_bob", { customer: "bob", amount: 7 }), ...end],
+      guardSees: /^contentBlockDelta of toolUse at contentBlockIndex 1, whose block is a text: another response in the stream/,
+    },
+  ];
+  /** The first request gets the spliced body; every later one goes to the mock. */
+  const spliced = (body: Event[]) => {
+    let served = false;
+    const fetchOnce: typeof fetch = async (input, init) => {
+      if (served) return fetch(input, init);
+      served = true;
+      return new Response(Buffer.concat(body.map(([name, payload]) => converseFrame(name, payload))), { status: 200, headers: { "content-type": "application/vnd.amazon.eventstream" } });
+    };
+    const bedrock = createAmazonBedrock({ baseURL: env.provider.bedrockBaseURL, region: "us-east-1", accessKeyId: "AKIDEXAMPLE", secretAccessKey: "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", fetch: fetchOnce });
+    return bedrock("anthropic.claude-sonnet-4-5-20250929-v1:0") as Parameters<typeof wrapLanguageModel>[0]["model"];
+  };
+  for (const { shape, body, guardSees } of cases) {
+    it(`${shape}: without the guard, acme is paid twice; under spliceGuard(), ${guardSees ? "the request fails at the delta and its re-send pays each once" : "nothing shows it: acme is paid twice (the README names the limit)"}`, async () => {
+      const unguarded = app(() => spliced(body));
+      await unguarded.request(messages, "step");
+      await unguarded.settle();
+      expect(paid().filter((p) => p === "acme 5")).toHaveLength(2);
+      const before = paid().length;
+      const model = spliced(body);
+      const { request, settle } = app(() => wrapLanguageModel({ model, middleware: [providerToolsGuard(), spliceGuard()] }));
+      const failed = await request(messages, "step");
+      const error = failed.parts.find((p) => p.type === "error") as { error?: unknown } | undefined;
+      if (guardSees === undefined) {
+        expect(error).toBeUndefined();
+        await settle();
+        expect(paid().slice(before).filter((p) => p === "acme 5")).toHaveLength(2);
+        return;
+      }
+      expect(StreamIncompleteError.isInstance(error?.error), String(error?.error)).toBe(true);
+      expect((error!.error as StreamIncompleteError).streamError).toMatch(guardSees);
+      expect(failed.kept).toBe(false);
+      expect(paid()).toHaveLength(before);
+      const resent = await request(messages, "step");
+      expect(resent.kept).toBe(true);
+      await settle();
+      expect(paid().slice(before).sort()).toEqual(["acme 5", "bob 7"]);
+    });
   }
 });
 
