@@ -26,16 +26,22 @@ const sendPayment = defineTool({
 // 2. Choose a ledger (MemoryLedger for one process; SQLite, PostgreSQL or Redis in production).
 const dispatcher = new Dispatcher({ tools: [sendPayment], ledger: new MemoryLedger() });
 
-// 3. Per attempt of a turn, dispatch each call as its content_block_stop arrives.
-export async function onToolCall(conversationId: string, turnIndex: number, name: string, input: unknown) {
-  try {
-    return await dispatcher.turn({ conversationId, turnIndex }).dispatch({ name, input });
-  } catch (error) {
-    const code = (error as { code?: string }).code;
-    if (code === "in_flight_elsewhere") return "another attempt is still paying; try again shortly";
-    if (code === "outcome_unknown") return "unknown whether it ran; a human must check";
-    throw error;
-  }
+// 3. One dispatch context per attempt of a turn: it numbers identical calls (ordinals, TURN-4), so two
+//    identical calls in one response are two payments, and a retried attempt's calls meet the first's.
+//    Dispatch each call as its content_block_stop arrives (a framework that hands over whole responses:
+//    only calls of a response that ended with a stop reason; a cut stream's last call may be partial).
+export function onTurnAttempt(conversationId: string, turnIndex: number) {
+  const turn = dispatcher.turn({ conversationId, turnIndex });
+  return async function onToolCall(name: string, input: unknown) {
+    try {
+      return await turn.dispatch({ name, input });
+    } catch (error) {
+      const code = (error as { code?: string }).code;
+      if (code === "in_flight_elsewhere") return "another attempt is still paying; try again shortly";
+      if (code === "outcome_unknown") return "unknown whether it ran; a human must check";
+      throw error;
+    }
+  };
 }
 
 export let paymentsUrl = "http://127.0.0.1:4010";

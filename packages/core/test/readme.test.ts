@@ -3,7 +3,10 @@ import type { AddressInfo } from "node:net";
 import { readFileSync, readdirSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it, vi } from "vitest";
-import { onToolCall, setPaymentsUrl } from "../examples/adopt.js";
+import { onTurnAttempt, setPaymentsUrl } from "../examples/adopt.js";
+
+/** A call dispatched in an attempt of its own (one call per attempt, as most of these cases need). */
+const onToolCall = (conversationId: string, turnIndex: number, name: string, input: unknown) => onTurnAttempt(conversationId, turnIndex)(name, input);
 import { describeFailure } from "../examples/errors.js";
 import { errorTable, tableIn } from "../scripts/error-table.js";
 import { ClaimReleasedError, ERROR_CATALOGUE, InFlightElsewhereError, OutcomeUnknownError, StaleClaimError, ToolInputError } from "../src/index.js";
@@ -53,6 +56,36 @@ describe("README", () => {
       expect(keys[0]).toMatch(/^[0-9a-f]{32}$/);
       expect(retry).toMatchObject({ replayed: true, result: { id: "pay_1" } });
       expect(first).toMatchObject({ replayed: false, result: { id: "pay_1" } });
+    } finally {
+      server.close();
+    }
+  });
+
+  it("TURN-4 the adoption example pays twice for two identical calls of one response (a user who asked twice), and once across a retry", async () => {
+    const keys: string[] = [];
+    const server = createServer((req, res) => {
+      keys.push(String(req.headers["idempotency-key"]));
+      res.setHeader("content-type", "application/json");
+      res.end(JSON.stringify({ id: `pay_${keys.length}` }));
+    });
+    await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+    setPaymentsUrl(`http://127.0.0.1:${(server.address() as AddressInfo).port}`);
+    try {
+      const args = { payee: "acme", amount: 100, currency: "EUR", reference: "INV-7", memo: "twice" };
+      // One response holding the same call twice, dispatched as the README says: one context per attempt.
+      const attempt = onTurnAttempt("conv-readme-twice", 0);
+      const first = await attempt("send_payment", args);
+      const second = await attempt("send_payment", args);
+      expect(keys).toHaveLength(2);
+      expect(new Set(keys).size).toBe(2);
+      expect([first, second]).toMatchObject([{ ordinal: 0, result: { id: "pay_1" } }, { ordinal: 1, result: { id: "pay_2" } }]);
+      // A retried attempt of the turn (a cut stream, a re-run node) meets both and pays nothing more.
+      const retry = onTurnAttempt("conv-readme-twice", 0);
+      expect([await retry("send_payment", args), await retry("send_payment", args)]).toMatchObject([
+        { replayed: true, result: { id: "pay_1" } },
+        { replayed: true, result: { id: "pay_2" } },
+      ]);
+      expect(keys).toHaveLength(2);
     } finally {
       server.close();
     }
