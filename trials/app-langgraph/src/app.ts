@@ -1,0 +1,253 @@
+// A LangGraph.js payments agent whose tool effects go through @dispatch-once/core's Dispatcher.
+//
+// Graph: START -> agent (ChatAnthropic) -> tools (our node, not prebuilt ToolNode) -> agent ... -> END.
+// State is checkpointed in PostgreSQL (PostgresSaver); the ledger is ledger-postgres in the same database.
+import pg from "pg";
+import { ChatAnthropic } from "@langchain/anthropic";
+import { AIMessage, HumanMessage, ToolMessage, type BaseMessage } from "@langchain/core/messages";
+import type { RunnableConfig } from "@langchain/core/runnables";
+import { Annotation, END, MessagesAnnotation, START, StateGraph, interrupt } from "@langchain/langgraph";
+import { PostgresSaver } from "@langchain/langgraph-checkpoint-postgres";
+import {
+  Dispatcher,
+  ToolRegistry,
+  UnguardedDispatcher,
+  catalogueEntry,
+  effectOf,
+  isDispatchOnceError,
+  retryableOf,
+  type CallDispatcher,
+  type DispatchOutcome,
+} from "@dispatch-once/core";
+import { createPostgresLedger } from "@dispatch-once/ledger-postgres";
+import { paymentTools } from "./tools.js";
+
+/** What the user is told about one effect (a write call). */
+export interface Told {
+  callId: string;
+  tool: string;
+  status: "happened" | "did_not_happen" | "may_have_happened";
+  paymentId?: string;
+  key?: string;
+  text: string;
+}
+
+export const GraphState = Annotation.Root({
+  ...MessagesAnnotation.spec,
+  // What each write call's outcome told the user; committed with the tools node's messages.
+  told: Annotation<Told[]>({ reducer: (a, b) => [...a, ...b], default: () => [] }),
+  // Assistant turns committed on this thread; written only by the agent node, with its message.
+  turns: Annotation<number>({ reducer: (_a, b) => b, default: () => 0 }),
+});
+type State = typeof GraphState.State;
+
+/**
+ * The oracle's checks: "unguarded" is core's UnguardedDispatcher (keyed by the tool_call id), "random"
+ * the same without the id (a fresh key per run), "per-call" core's Dispatcher with a new dispatch
+ * context for every call, as core's README example onToolCall made one (identical calls share ordinal 0),
+ * "count-ai" the turn index counted from the AIMessages in `messages`, "no-stop-check" the agent node
+ * without its check that the model's response ended with a stop reason.
+ */
+export type Plant = "none" | "unguarded" | "random" | "per-call" | "count-ai" | "no-stop-check";
+
+export interface AppOptions {
+  databaseUrl: string;
+  schema: string;
+  paymentsUrl: string;
+  providerUrl: string;
+  plant?: Plant;
+  owner?: string;
+  /** LangGraph's checkpoint durability for send(): "async" (its default), "sync" or "exit". */
+  durability?: "async" | "sync" | "exit";
+  /** Core's default when absent (30 000); the trial's runs pass 3 000. */
+  leaseMs?: number;
+  /** Core's default when absent (10 000); the trial's runs pass 8 000. */
+  waitMs?: number;
+}
+
+/**
+ * Turn index (spec TURN-1: the number of assistant turns committed before this one). The agent node
+ * commits `turns + 1` in the same step as its AIMessage, so the tools node reads `turns - 1`: stable
+ * across every re-run of the tools node (interrupt, retry, restart) and of the agent node (a cut
+ * stream, a regenerate forked from the checkpoint before it), and never lowered by trimming
+ * `messages`. PLANT=count-ai counts the AIMessages in `messages` instead, which trimming lowers.
+ */
+export function turnIndexOf(state: State, plant: Plant): number {
+  if (plant === "count-ai") return state.messages.filter((m) => AIMessage.isInstance(m)).length - 1;
+  return state.turns - 1;
+}
+
+export async function openApp(options: AppOptions) {
+  const pool = new pg.Pool({ connectionString: options.databaseUrl, max: 8 });
+  pool.on("error", (error) => console.warn("pg pool:", error.message));
+  const ledger = createPostgresLedger({ pool, schema: options.schema, table: "ledger" });
+  await ledger.migrate();
+  const checkpointer = new PostgresSaver(pool, undefined, { schema: `${options.schema}_cp` });
+  await checkpointer.setup();
+
+  const registry = new ToolRegistry([...paymentTools(options.paymentsUrl)]);
+  const plant = options.plant ?? "none";
+  const dispatcher: CallDispatcher =
+    plant !== "unguarded" && plant !== "random"
+      ? new Dispatcher({
+          tools: registry,
+          ledger,
+          owner: options.owner ?? `langgraph-${process.pid}`,
+          // A short lease: a process killed while paying holds the claim until it expires, and the
+          // thread's next run waits that long (or is told in_flight_elsewhere). Core's defaults: 30 s / 10 s.
+          ...(options.leaseMs === undefined ? {} : { leaseMs: options.leaseMs }),
+          ...(options.waitMs === undefined ? {} : { waitMs: options.waitMs }),
+          // Warnings (a call twice in one turn, a re-worded memo) kept out of the verdict; what the
+          // user is told comes from the outcomes. Give a real app's logger here.
+          logger: { warn: () => {} },
+        })
+      : new UnguardedDispatcher(registry);
+
+  const model = new ChatAnthropic({
+    model: "claude-sonnet-4-5",
+    apiKey: "test",
+    anthropicApiUrl: options.providerUrl,
+    streaming: true,
+    maxRetries: 0, // the graph's retry policy retries the model node instead
+  }).bindTools(registry.providerSchemas() as never);
+
+  async function agent(state: State) {
+    const response = await model.invoke(state.messages);
+    // A stream cut before message_stop must not become a committed assistant turn whose calls run (STREAM-1).
+    // ChatAnthropic (1.5.11, streaming) returns a cut stream as a normal AIMessage, its calls' arguments
+    // parsed from whatever JSON arrived; only the missing stop_reason tells (FRICTION 2).
+    const stop = (response.additional_kwargs as { stop_reason?: string | null }).stop_reason;
+    if ((stop === undefined || stop === null) && plant !== "no-stop-check") throw new Error("model stream incomplete: no stop_reason");
+    return { messages: [response], turns: state.turns + 1 };
+  }
+
+  async function tools(state: State, config: RunnableConfig) {
+    const threadId = String(config.configurable?.thread_id);
+    const approval = config.configurable?.approval as "before" | "after" | undefined;
+    const last = state.messages.at(-1);
+    if (last === undefined || !AIMessage.isInstance(last)) throw new Error("tools node without an assistant message");
+    const calls = last.tool_calls ?? [];
+    if (approval === "before") {
+      const answer = interrupt({ question: "approve these payments?", calls: calls.map((c) => c.args) });
+      if (answer !== "yes") {
+        return {
+          messages: calls.map((c) => new ToolMessage({ tool_call_id: c.id ?? "", content: "not approved", status: "error" })),
+          told: calls.filter((c) => c.name !== "check_balance").map((c) => ({ callId: c.id ?? "", tool: c.name, status: "did_not_happen" as const, text: "not approved: not paid" })),
+        };
+      }
+    }
+    // One dispatch context per run of this node, so identical calls of one response get ordinals 0, 1, ...
+    const turn = dispatcher.turn({ conversationId: threadId, turnIndex: turnIndexOf(state, plant) });
+    const messages: ToolMessage[] = [];
+    const told: Told[] = [];
+    for (const call of calls) {
+      const callId = call.id ?? "";
+      const dispatchCall = plant === "random" ? { name: call.name, input: call.args } : { name: call.name, input: call.args, callId };
+      try {
+        const context = plant === "per-call" ? dispatcher.turn({ conversationId: threadId, turnIndex: turnIndexOf(state, plant) }) : turn;
+        const outcome: DispatchOutcome = await context.dispatch(dispatchCall);
+        messages.push(new ToolMessage({ tool_call_id: callId, content: outcome.resultJson }));
+        if (outcome.effect !== "read") told.push(tellOutcome(callId, outcome));
+      } catch (error) {
+        // An error a re-run of this node can settle (claim released, another attempt still paying):
+        // let the node's retry policy run it again; the ledger answers what already ran.
+        if (isDispatchOnceError(error) && retryableOf(error) === "same_message") throw error;
+        if (!isDispatchOnceError(error)) throw error; // a read that failed: retried by the policy
+        const effect = effectOf(error);
+        const status = effect === "no" ? "did_not_happen" : "may_have_happened";
+        const code = catalogueEntry(error)?.code ?? "internal_error";
+        messages.push(new ToolMessage({ tool_call_id: callId, content: `error ${code}: ${error.message}`, status: "error" }));
+        told.push({ callId, tool: call.name, status, text: `${call.name} ${status === "did_not_happen" ? "did not happen" : "may have happened; a person must check"} (${code})` });
+      }
+    }
+    if (approval === "after") {
+      // The trap the LangGraph docs warn of: everything above runs again on resume.
+      // Tell the user now what the payments did: if they never answer, the node's return is never committed.
+      interrupt({ question: "send the receipt by e-mail?", told });
+    }
+    return { messages, told };
+  }
+
+  const retryPolicy = { maxAttempts: 3, initialInterval: 50, jitter: false, logWarning: false };
+  const graph = new StateGraph(GraphState)
+    .addNode("agent", agent, { retryPolicy })
+    .addNode("tools", tools, { retryPolicy })
+    .addEdge(START, "agent")
+    .addConditionalEdges("agent", (s: State) => ((s.messages.at(-1) as AIMessage | undefined)?.tool_calls?.length ? "tools" : END), ["tools", END])
+    .addEdge("tools", "agent")
+    .compile({ checkpointer });
+
+  /**
+   * Send a user message, idempotent on its id (minted by the client, sent again unchanged on a retry):
+   * LangGraph appends every input, so without this a client's retry of a message that was answered
+   * (its reply lost) is a new human message, a new turn index, and a second payment.
+   */
+  async function send(threadId: string, messageId: string, text: string, extra: Record<string, unknown> = {}): Promise<{ told: Told[]; answeredBefore: boolean; interrupted: unknown[] | undefined }> {
+    const config = { configurable: { thread_id: threadId, ...extra } };
+    const current = await graph.getState(config);
+    const messages = (current.values.messages ?? []) as BaseMessage[];
+    const at = messages.findIndex((m) => m.id === messageId);
+    // Unfinished: a step is due, or (durability "async", a process that died before the next checkpoint)
+    // the last committed message is not a final answer. getState().next is then [] although the thread
+    // is not done: the dead step's writes were saved as pending writes, so LangGraph lists no task.
+    const last = messages.at(-1);
+    const answered = last !== undefined && AIMessage.isInstance(last) && (last.tool_calls ?? []).length === 0;
+    const pending = current.next.length > 0 || (messages.length > 0 && !answered);
+    if (at >= 0 && !pending) return { told: toldAfter(current.values as State, at), answeredBefore: true, interrupted: undefined };
+    // A step still to run (a process died, an interrupt waits) is resumed, never sent a second human
+    // message: one after an assistant message whose calls have no results is refused by the Messages API.
+    const input = pending ? null : { messages: [new HumanMessage({ id: messageId, content: text })] };
+    const state = await graph.invoke(input, { ...config, ...(options.durability ? { durability: options.durability } : {}) });
+    if (pending && at < 0 && state.messages.every((m) => m.id !== messageId) && !(state as { __interrupt__?: unknown[] }).__interrupt__) {
+      return send(threadId, messageId, text, extra); // the earlier message is answered now; this one next
+    }
+    const after = state.messages.findIndex((m) => m.id === messageId);
+    return { told: toldAfter(state, after), answeredBefore: false, interrupted: (state as { __interrupt__?: unknown[] }).__interrupt__ };
+  }
+
+  return {
+    graph,
+    send,
+    checkpointer,
+    ledger,
+    pool,
+    async close() {
+      await ledger.close();
+      await pool.end();
+    },
+  };
+}
+
+/** What the committed state tells of the write calls made after the message at index `at`. */
+function toldAfter(state: State, at: number): Told[] {
+  const calls = new Set(state.messages.slice(at + 1).flatMap((m) => (AIMessage.isInstance(m) ? (m.tool_calls ?? []).map((c) => c.id) : [])));
+  return state.told.filter((t) => calls.has(t.callId));
+}
+
+function tellOutcome(callId: string, outcome: DispatchOutcome): Told {
+  const result = outcome.result as { id?: string };
+  const request = (outcome.storedRequest ?? null) as { payee?: string; amount?: number } | null;
+  const what = request ? ` (as first requested: ${request.payee} ${request.amount})` : "";
+  return {
+    callId,
+    tool: outcome.toolName,
+    status: "happened",
+    ...(result.id ? { paymentId: result.id } : {}),
+    key: outcome.key,
+    text: `${outcome.toolName} happened: ${result.id ?? "?"}${what}${outcome.replayed ? " (answered from the ledger)" : ""}`,
+  };
+}
+
+/** What the user is told when an invoke itself fails (the error escaped the graph). */
+export function tellError(error: unknown): { status: Told["status"] | "unknown"; text: string } {
+  const entry = catalogueEntry(error);
+  if (entry === undefined) {
+    const name = (error as Error)?.constructor?.name ?? "Error";
+    return { status: "unknown", text: `not completed (${name}: ${(error as Error)?.message ?? String(error)}); send again to retry` };
+  }
+  const effect = effectOf(error);
+  return {
+    status: effect === "no" ? "did_not_happen" : "may_have_happened",
+    text: `${entry.code}: ${effect === "no" ? "nothing happened" : "it may have happened"}; ${retryableOf(error) === "same_message" ? "send again to retry" : "a person must check"}`,
+  };
+}
