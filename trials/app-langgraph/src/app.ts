@@ -6,7 +6,9 @@ import pg from "pg";
 import { ChatAnthropic } from "@langchain/anthropic";
 import { AIMessage, HumanMessage, ToolMessage, type BaseMessage } from "@langchain/core/messages";
 import type { RunnableConfig } from "@langchain/core/runnables";
-import { Annotation, END, MessagesAnnotation, START, StateGraph, interrupt } from "@langchain/langgraph";
+import { Annotation, END, MessagesAnnotation, START, StateGraph, getConfig, getCurrentTaskInput, interrupt } from "@langchain/langgraph";
+import { ToolNode } from "@langchain/langgraph/prebuilt";
+import { tool } from "@langchain/core/tools";
 import { PostgresSaver } from "@langchain/langgraph-checkpoint-postgres";
 import {
   Dispatcher,
@@ -46,9 +48,10 @@ type State = typeof GraphState.State;
  * the same without the id (a fresh key per run), "per-call" core's Dispatcher with a new dispatch
  * context for every call, as core's README example onToolCall made one (identical calls share ordinal 0),
  * "count-ai" the turn index counted from the AIMessages in `messages`, "no-stop-check" the agent node
- * without its check that the model's response ended with a stop reason.
+ * without its check that the model's response ended with a stop reason, "toolnode" LangGraph's prebuilt
+ * ToolNode over LangChain tools that each dispatch their call (a context per call, errors as ToolMessages).
  */
-export type Plant = "none" | "unguarded" | "random" | "per-call" | "count-ai" | "no-stop-check";
+export type Plant = "none" | "unguarded" | "random" | "per-call" | "count-ai" | "no-stop-check" | "toolnode";
 
 export interface AppOptions {
   databaseUrl: string;
@@ -168,10 +171,40 @@ export async function openApp(options: AppOptions) {
     return { messages, told };
   }
 
+  // PLANT=toolnode: what a team reaching for the prebuilt ToolNode writes. Each tool dispatches its own
+  // call; ToolNode runs them in parallel and turns a thrown error into a ToolMessage (handleToolErrors).
+  const lcTools = registry.providerSchemas().map((schema) =>
+    tool(
+      async (input: unknown, runtime: { toolCall?: { id?: string } }) => {
+        const state = getCurrentTaskInput<State>();
+        const outcome = await dispatcher
+          .turn({ conversationId: String(getConfig()?.configurable?.thread_id), turnIndex: turnIndexOf(state, plant) })
+          .dispatch({ name: schema.name, input, callId: runtime.toolCall?.id ?? "" });
+        return outcome.resultJson;
+      },
+      { name: schema.name, description: schema.description ?? schema.name, schema: schema.input_schema as never },
+    ),
+  );
+  const toolNode = new ToolNode(lcTools);
+  async function prebuiltTools(state: State, config: RunnableConfig) {
+    const result = (await toolNode.invoke(state, config)) as { messages: ToolMessage[] };
+    // What the user reads: the model's answer quotes each result or error (a recorded failure: not done;
+    // any other error: may have happened). This variant has no approval step (1a, 1b).
+    const told: Told[] = result.messages
+      .filter((m) => m.name === "send_payment")
+      .map((m) => {
+        const id = /"id":"(pay_[0-9a-f]+)"/.exec(String(m.content))?.[1];
+        return id
+          ? { callId: m.tool_call_id, tool: "send_payment", status: "happened" as const, paymentId: id, text: `send_payment: ${id}` }
+          : { callId: m.tool_call_id, tool: "send_payment", status: /^Error: tool failed/.test(String(m.content)) ? ("did_not_happen" as const) : ("may_have_happened" as const), text: `send_payment: ${String(m.content).slice(0, 120)}` };
+      });
+    return { messages: result.messages, told };
+  }
+
   const retryPolicy = { maxAttempts: 3, initialInterval: 50, jitter: false, logWarning: false };
   const graph = new StateGraph(GraphState)
     .addNode("agent", agent, { retryPolicy })
-    .addNode("tools", tools, { retryPolicy })
+    .addNode("tools", plant === "toolnode" ? prebuiltTools : tools, { retryPolicy })
     .addEdge(START, "agent")
     .addConditionalEdges("agent", (s: State) => ((s.messages.at(-1) as AIMessage | undefined)?.tool_calls?.length ? "tools" : END), ["tools", END])
     .addEdge("tools", "agent")

@@ -312,6 +312,13 @@ if (run("6a")) {
   const r = await ask(config, "pay frank 6000 R6a");
   await judge("6a payments API's response lost after it paid (drop_after_accept); node retry re-runs under the same key", "R6a", 1, r.told, config);
 }
+// 6c. The same lost response with a model that calls a tool again when its result was an error.
+if (run("6c")) {
+  payments.injectFault({ outcome: "drop_after_accept" }, { times: 1 });
+  const config = thread("s6c");
+  const r = await ask(config, "pay kim 6200 R6c retrying");
+  await judge("6c the same lost response, and a model that calls an errored tool again", "R6c", 1, r.told, config);
+}
 if (run("6b")) {
   const config = thread("s6b");
   const r = await ask(config, "pay frank 6100 R6b EUX");
