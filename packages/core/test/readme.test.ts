@@ -8,8 +8,10 @@ import { onTurnAttempt, setPaymentsUrl } from "../examples/adopt.js";
 /** A call dispatched in an attempt of its own (one call per attempt, as most of these cases need). */
 const onToolCall = (conversationId: string, turnIndex: number, name: string, input: unknown) => onTurnAttempt(conversationId, turnIndex)(name, input);
 import { describeFailure } from "../examples/errors.js";
+import { EffectNeedsAPerson, runAssistantCalls } from "../examples/framework-loop.js";
 import { errorTable, tableIn } from "../scripts/error-table.js";
-import { ClaimReleasedError, ERROR_CATALOGUE, InFlightElsewhereError, OutcomeUnknownError, StaleClaimError, ToolInputError } from "../src/index.js";
+import { z } from "zod";
+import { ClaimReleasedError, Dispatcher, ERROR_CATALOGUE, InFlightElsewhereError, MemoryLedger, OutcomeUnknownError, StaleClaimError, ToolError, ToolInputError, defineTool } from "../src/index.js";
 
 describe("README", () => {
   const readme = readFileSync(join(__dirname, "..", "README.md"), "utf8");
@@ -86,6 +88,100 @@ describe("README", () => {
         { replayed: true, result: { id: "pay_2" } },
       ]);
       expect(keys).toHaveLength(2);
+    } finally {
+      server.close();
+    }
+  });
+
+  it("TURN-4, DISPATCH-8 a framework's step re-run: runAssistantCalls pays twice for two identical calls, throws a lost response to the step's retry (same key), stops for a person on outcome_unknown, and never pays again on a re-run", async () => {
+    // A payments API that deduplicates on Idempotency-Key, as the real one does; `lose` drops the
+    // response of the first request with that reference after the payment is made.
+    const payments = new Map<string, { id: string; reference: string }>();
+    const seen: string[] = [];
+    const lose = new Set(["INV-lost"]);
+    const invoices: string[] = [];
+    const server = createServer((req, res) => {
+      let body = "";
+      req.on("data", (chunk: Buffer) => (body += chunk.toString()));
+      req.on("end", () => {
+        const key = String(req.headers["idempotency-key"]);
+        const { reference } = JSON.parse(body) as { reference: string };
+        seen.push(key);
+        if (reference === "INV-declined") {
+          res.statusCode = 402;
+          res.end("{}");
+          return;
+        }
+        const payment = payments.get(key) ?? { id: `pay_${payments.size + 1}`, reference };
+        payments.set(key, payment);
+        if (lose.delete(reference)) {
+          res.socket?.destroy(); // made, and the answer lost
+          return;
+        }
+        res.setHeader("content-type", "application/json");
+        res.end(JSON.stringify(payment));
+      });
+    });
+    await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+    const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/v1/payments`;
+    const pay = defineTool({
+      name: "send_payment",
+      effect: "keyed_write",
+      input: z.object({ payee: z.string(), amount: z.number().int(), reference: z.string() }),
+      async run(args, { idempotencyKey, signal }) {
+        const res = await fetch(url, { method: "POST", headers: { "idempotency-key": idempotencyKey }, body: JSON.stringify(args), signal });
+        if (res.status === 402) throw new ToolError("card declined", { disposition: "definite", code: "card_declined" });
+        if (!res.ok) throw new ToolError(`payments API ${res.status}`, { disposition: "unknown" });
+        return res.json();
+      },
+    });
+    // An API without keys: a failure after sending leaves its effect unknown, never re-run (EFFECT-3).
+    const invoice = defineTool({
+      name: "send_invoice",
+      effect: "unkeyed_write",
+      input: z.object({ to: z.string() }),
+      async run(args) {
+        invoices.push(args.to);
+        throw new Error("mail server hung up after DATA");
+      },
+    });
+    const dispatcher = new Dispatcher({ tools: [pay, invoice], ledger: new MemoryLedger(), logger: { warn: () => {} }, allowVolatileLedgerForUnkeyedWrites: true });
+    const twice = { payee: "acme", amount: 100, reference: "INV-7" };
+    try {
+      // Two identical calls in one message: two asks, two payments, ordinals 0 and 1.
+      const calls = [
+        { id: "toolu_a", name: "send_payment", args: twice },
+        { id: "toolu_b", name: "send_payment", args: twice },
+        { id: "toolu_c", name: "send_payment", args: { payee: "bob", amount: 5, reference: "INV-declined" } },
+      ];
+      const first = await runAssistantCalls(dispatcher, "thread-1", 0, calls);
+      expect(first.map((a) => a.outcome?.result ?? a.effect)).toEqual([{ id: "pay_1", reference: "INV-7" }, { id: "pay_2", reference: "INV-7" }, "no"]);
+      expect(first[2]!.content).toMatch(/^error tool_failed: /);
+      // The framework re-runs the step (a resume after a crash, a retry policy), the model's ids new.
+      const again = await runAssistantCalls(dispatcher, "thread-1", 0, calls.map((c) => ({ ...c, id: `${c.id}_2` })));
+      expect(again.map((a) => a.outcome?.replayed ?? a.effect)).toEqual([true, true, "no"]);
+      expect(payments.size).toBe(2);
+
+      // A lost response: thrown to the step's retry, never told to the model; the re-run sends the same key.
+      const lost = [{ id: "toolu_d", name: "send_payment", args: { payee: "cleo", amount: 9, reference: "INV-lost" } }];
+      await expect(runAssistantCalls(dispatcher, "thread-1", 1, lost)).rejects.toMatchObject({ code: "claim_released" });
+      const retried = await runAssistantCalls(dispatcher, "thread-1", 1, lost);
+      expect(retried[0]!.outcome).toMatchObject({ replayed: false, result: { id: "pay_3", reference: "INV-lost" } });
+      expect(seen.slice(-2)[0]).toBe(seen.slice(-2)[1]);
+      expect(payments.size).toBe(3);
+
+      // outcome_unknown: stop for a person, with what the message's earlier calls did; a re-run sends nothing.
+      const mixed = [
+        { id: "toolu_e", name: "send_payment", args: { payee: "dora", amount: 3, reference: "INV-9" } },
+        { id: "toolu_f", name: "send_invoice", args: { to: "dora@example.com" } },
+      ];
+      const stopped = await runAssistantCalls(dispatcher, "thread-1", 2, mixed).catch((e: unknown) => e);
+      expect(stopped).toBeInstanceOf(EffectNeedsAPerson);
+      expect((stopped as EffectNeedsAPerson).answered.map((a) => a.outcome?.result)).toEqual([{ id: "pay_4", reference: "INV-9" }]);
+      expect((stopped as EffectNeedsAPerson).cause).toMatchObject({ code: "outcome_unknown" });
+      await expect(runAssistantCalls(dispatcher, "thread-1", 2, mixed)).rejects.toBeInstanceOf(EffectNeedsAPerson);
+      expect(invoices).toEqual(["dora@example.com"]);
+      expect(payments.size).toBe(4);
     } finally {
       server.close();
     }
