@@ -1,3 +1,4 @@
+import { crc32 } from "node:zlib";
 import { expect } from "vitest";
 import type { ConnectionEnd, Delivery, ProxiedRequest } from "./byte-proxy.js";
 
@@ -31,6 +32,10 @@ export const dataEvent = (text: string): string => `${DATA_EVENT}${text}`;
  * a `dataEvent`, its data line through its blank line), in a body with LF or CRLF line endings.
  */
 export function eventRange(body: Buffer, type: string): { start: number; end: number } | undefined {
+  if (isEventStream(body)) {
+    const frame = eventStreamFrames(body).find((f) => f.name === type);
+    return frame === undefined ? undefined : { start: frame.start, end: frame.end };
+  }
   const eol = body.includes("\r\n") ? "\r\n" : "\n";
   const start = type.startsWith(DATA_EVENT) ? dataEventStart(body, type.slice(DATA_EVENT.length), eol) : body.indexOf(`event: ${type}${eol}`);
   if (start < 0) return undefined;
@@ -44,6 +49,81 @@ function dataEventStart(body: Buffer, text: string, eol: string): number {
   if (at < 0) return -1;
   const blank = body.lastIndexOf(eol + eol, at);
   return blank < 0 ? 0 : blank + 2 * eol.length;
+}
+
+/**
+ * One message of an AWS event-stream body (`application/vnd.amazon.eventstream`: Bedrock's
+ * `invoke-with-response-stream` and Converse): where it lies, where its payload and message CRC
+ * start, and its name. The name is the `:event-type` header (Converse: `contentBlockStop`,
+ * `messageStop`, `metadata`), the `:exception-type` of an exception, and for a Bedrock `chunk` the
+ * `type` of the Messages event its payload carries in base64 (`content_block_stop`, `message_stop`).
+ */
+export interface EventStreamFrame {
+  start: number;
+  /** Past the message CRC: the frame's last byte is `end - 1`. */
+  end: number;
+  payloadStart: number;
+  /** Where the message CRC starts (`end - 4`). */
+  crcStart: number;
+  name: string;
+  /** The payload as text: a `chunk`'s Messages event JSON decoded from its base64, else the payload's own. */
+  text: string;
+}
+
+/** Whether a body is in the AWS event-stream framing: its first 12 bytes are a prelude whose CRC32 holds. */
+export function isEventStream(body: Buffer): boolean {
+  return body.length >= 16 && body.readUInt32BE(0) >= 16 && crc32(body.subarray(0, 8)) === body.readUInt32BE(8);
+}
+
+/** The value lengths of the event-stream header types other than bytes (6) and string (7), which carry a 2-byte length. */
+const FIXED_HEADER_LENGTHS: Record<number, number> = { 0: 0, 1: 0, 2: 1, 3: 2, 4: 4, 5: 8, 8: 8, 9: 16 };
+
+/** The whole messages of an event-stream body, by the total length each prelude gives (a cut last one is left out). */
+export function eventStreamFrames(body: Buffer): EventStreamFrame[] {
+  const frames: EventStreamFrame[] = [];
+  for (let start = 0; start + 12 <= body.length; ) {
+    const total = body.readUInt32BE(start);
+    const headersLength = body.readUInt32BE(start + 4);
+    if (total < 16 || start + total > body.length) break;
+    const headers = new Map<string, string>();
+    for (let at = start + 12; at < start + 12 + headersLength; ) {
+      const nameLength = body[at]!;
+      const name = body.toString("utf8", at + 1, at + 1 + nameLength);
+      const kind = body[at + 1 + nameLength]!;
+      at += 2 + nameLength;
+      if (kind === 6 || kind === 7) {
+        const length = body.readUInt16BE(at);
+        if (kind === 7) headers.set(name, body.toString("utf8", at + 2, at + 2 + length));
+        at += 2 + length;
+      } else at += FIXED_HEADER_LENGTHS[kind] ?? Number.POSITIVE_INFINITY;
+    }
+    const payloadStart = start + 12 + headersLength;
+    const crcStart = start + total - 4;
+    let text = body.toString("utf8", payloadStart, crcStart);
+    let name = headers.get(":exception-type") ?? headers.get(":event-type") ?? "";
+    if (name === "chunk") {
+      const bytes = (JSON.parse(text) as { bytes?: string }).bytes;
+      text = bytes === undefined ? text : Buffer.from(bytes, "base64").toString("utf8");
+      name = (JSON.parse(text) as { type?: string }).type ?? name;
+    }
+    frames.push({ start, end: start + total, payloadStart, crcStart, name, text });
+    start += total;
+  }
+  return frames;
+}
+
+/** What a body says, as text: an event stream's payloads (a Bedrock chunk's decoded), else the body itself; to find the ids it names. */
+export function bodyText(body: Buffer): string {
+  return isEventStream(body) ? eventStreamFrames(body).map((f) => f.text).join("\n") : body.toString("utf8");
+}
+
+/** The region where a frame's structure sits: prelude (12 bytes) and the first header byte, the header/payload edge, and the message CRC. */
+function frameEdges(frame: EventStreamFrame): number[] {
+  const at = new Set<number>();
+  for (let i = frame.start; i <= frame.start + 12; i++) at.add(i);
+  for (let i = frame.payloadStart - 1; i <= frame.payloadStart + 1; i++) at.add(i);
+  for (let i = frame.crcStart - 1; i <= frame.end; i++) at.add(i);
+  return [...at].sort((a, b) => a - b);
 }
 
 /**
@@ -61,14 +141,39 @@ export type CutPoint =
 
 const isContinuation = (byte: number) => byte >= 0x80 && byte < 0xc0;
 
+/**
+ * The offsets of the UTF-8 continuation bytes of what a body says, before `until`: in an SSE body
+ * its own bytes; in an event stream only those of the payloads (prelude, lengths and CRCs are binary),
+ * and in a Bedrock `chunk`, whose payload carries the event's JSON in base64, the base64 character
+ * that holds the continuation byte's first bits (the cut leaves the character's first bytes encoded).
+ */
+function continuationOffsets(body: Buffer, until = body.length): number[] {
+  const offsets: number[] = [];
+  if (!isEventStream(body)) {
+    for (let i = 0; i < until; i++) if (isContinuation(body[i]!)) offsets.push(i);
+    return offsets;
+  }
+  for (const frame of eventStreamFrames(body)) {
+    if (frame.start >= until) break;
+    const payload = body.subarray(frame.payloadStart, frame.crcStart);
+    const base64 = /^\{"bytes":"/.exec(payload.toString("latin1"));
+    if (base64 === null) {
+      for (let i = 0; i < payload.length; i++) if (isContinuation(payload[i]!)) offsets.push(frame.payloadStart + i);
+      continue;
+    }
+    const decoded = Buffer.from(frame.text, "utf8");
+    for (let k = 0; k < decoded.length; k++) if (isContinuation(decoded[k]!)) offsets.push(frame.payloadStart + base64[0].length + Math.floor(k / 3) * 4 + (k % 3) + 1);
+  }
+  return offsets;
+}
+
 export function resolveCut(body: Buffer, point: CutPoint): number | undefined {
   if (point.landmark === "fraction") return Math.floor(point.at * body.length);
   if (point.landmark === "event") {
     const range = eventRange(body, point.type);
     return range === undefined ? undefined : Math.min(body.length, Math.max(0, (point.fromEnd === true ? range.end : range.start) + point.delta));
   }
-  const continuations: number[] = [];
-  for (let i = 0; i < body.length; i++) if (isContinuation(body[i]!)) continuations.push(i);
+  const continuations = continuationOffsets(body);
   // A body with fewer: on Chat Completions the arguments stream once, and a rendering that split a
   // 4-byte character between two fragments sends each half escaped (\ud83d: JSON of a lone UTF-16
   // half), so it has 3 continuation bytes less than the reference; the count wraps around there.
@@ -87,7 +192,17 @@ export interface CutRegion {
   before: number;
   head?: number;
   tail?: number;
+  /**
+   * An event-stream frame: cut at its structure's bytes (prelude, the header/payload edge, the
+   * message CRC) and at `edges` seeded bytes elsewhere in it, instead of at every byte (all bytes
+   * when BYTE_CUT_EXHAUSTIVE=1). Any byte inside a frame loses the whole frame to the decoder, so
+   * the bytes between its edges differ only in how much of the frame the decoder holds.
+   */
+  edges?: number;
 }
+
+/** BYTE_CUT_EXHAUSTIVE=1: every byte of every region, whatever its `edges` sample says (not in CI: several hundred cases a side). */
+export const EXHAUSTIVE = process.env.BYTE_CUT_EXHAUSTIVE === "1";
 
 /**
  * Every byte of the events around the moments that matter (the call's completion, the stop
@@ -97,14 +212,22 @@ export interface CutRegion {
 export function cutPoints(reference: Buffer, regions: readonly CutRegion[], options: { sample: number; seed: number; nonAsciiBefore?: string; insideCharacters?: boolean }): CutPoint[] {
   const points: CutPoint[] = [];
   const covered = new Set<number>();
-  for (const { type, before, head, tail } of regions) {
+  const pick = prng(options.seed + 7);
+  for (const { type, before, head, tail, edges } of regions) {
     const range = eventRange(reference, type);
     if (range === undefined) throw new Error(`the reference response has no ${type} event`);
+    let sampled: Set<number> | undefined;
+    if (edges !== undefined && !EXHAUSTIVE) {
+      const frame = eventStreamFrames(reference).find((f) => f.start === range.start)!;
+      sampled = new Set(frameEdges(frame));
+      for (let i = 0; i < before; i++) sampled.add(range.start - before + i);
+      for (let i = 0; i < edges; i++) sampled.add(frame.start + 13 + Math.floor(pick() * (frame.crcStart - frame.start - 14)));
+    }
     for (let delta = -before; range.start + delta <= range.end; delta++) {
       const at = range.start + delta;
       const inHead = head === undefined || at < range.start + head;
       const inTail = tail !== undefined && at > range.end - tail;
-      if (at < 0 || covered.has(at) || !(inHead || inTail)) continue;
+      if (at < 0 || covered.has(at) || !(inHead || inTail) || (sampled !== undefined && !sampled.has(at))) continue;
       covered.add(at);
       // A last byte is named from the event's end, so it is a last byte of every response's event.
       points.push(inHead ? { landmark: "event", type, delta } : { landmark: "event", type, delta: at - range.end, fromEnd: true });
@@ -112,8 +235,7 @@ export function cutPoints(reference: Buffer, regions: readonly CutRegion[], opti
   }
   // The arguments as they stream (a provider may repeat them whole in later events).
   const until = options.nonAsciiBefore === undefined ? reference.length : (eventRange(reference, options.nonAsciiBefore)?.start ?? reference.length);
-  let continuation = 0;
-  for (let i = 0; options.insideCharacters !== false && i < until; i++) if (isContinuation(reference[i]!)) points.push({ landmark: "inside_character", nth: continuation++ });
+  if (options.insideCharacters !== false) continuationOffsets(reference, until).forEach((_, nth) => points.push({ landmark: "inside_character", nth }));
   const random = prng(options.seed);
   for (let i = 0; i < options.sample; i++) points.push({ landmark: "fraction", at: random() });
   return points;
@@ -148,7 +270,8 @@ export function rechunked(body: Buffer, how: "bytes" | { seed: number }): Delive
 export function responseFate(request: ProxiedRequest, finishType: string): "whole" | "cut" | "either" {
   const range = eventRange(request.body, finishType);
   if (range === undefined) return "cut";
-  const crlfBody = request.body.includes("\r\n");
+  // An event stream is binary: a frame is whole once its last byte (the message CRC) was written.
+  const crlfBody = !isEventStream(request.body) && request.body.includes("\r\n");
   if (request.sent < range.end - (crlfBody ? 1 : 0)) return "cut";
   return request.end === "fin" && request.sent >= range.end ? "whole" : "either";
 }
@@ -220,12 +343,13 @@ export function cutCases(prefix: string, points: readonly CutPoint[], options: {
  * splits, each with LF and with CRLF. (1 byte a write costs a turn of the event loop a byte, about
  * 0.1-0.4 s of CPU a response, so the answer after the payment goes whole.)
  */
-export function rechunkCases(prefix: string, seed: number, splits: number): ByteCase[] {
+export function rechunkCases(prefix: string, seed: number, splits: number, options: { crlf?: boolean } = {}): ByteCase[] {
   const ways: [string, (body: Buffer) => Delivery][] = [["1 byte a write", (b) => rechunked(b, "bytes")]];
   for (let i = 0; i < splits; i++) ways.push([`seeded splits ${seed + i}`, (b) => rechunked(b, { seed: seed + i })]);
   return ways.flatMap(([label, way], i) => [
     { id: `${prefix}-lf-${i}`, label, plan: (n: number, body: Buffer) => (n === 1 ? way(body) : undefined) },
-    { id: `${prefix}-crlf-${i}`, label: `${label}, CRLF`, plan: (n: number, body: Buffer) => (n === 1 ? way(crlf(body)) : undefined) },
+    // An event stream is binary: no line endings to rewrite.
+    ...(options.crlf === false ? [] : [{ id: `${prefix}-crlf-${i}`, label: `${label}, CRLF`, plan: (n: number, body: Buffer) => (n === 1 ? way(crlf(body)) : undefined) }]),
   ]);
 }
 

@@ -113,10 +113,15 @@ export function runnerCases(side: RunnerSide, env: { proxy: () => ByteProxy; pay
     }
   }
 
-  /** The paying response of a whole pass-through, to place the cut points on. */
+  /**
+   * The paying response of a whole pass-through, to place the cut points on. Each its own case (and
+   * payments account): a second reference in the same account would count the first's payment.
+   */
+  let references = 0;
   async function referenceBody(): Promise<Buffer> {
-    expect(await runCase({ id: "reference", label: "whole", plan: () => undefined })).toBeUndefined();
-    return env.proxy().requests.find((r) => r.caseId === "reference" && r.number === 1)!.body;
+    const id = `reference-${references++}`;
+    expect(await runCase({ id, label: "whole", plan: () => undefined })).toBeUndefined();
+    return env.proxy().requests.find((r) => r.caseId === id && r.number === 1)!.body;
   }
 
   /**

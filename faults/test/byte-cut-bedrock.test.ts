@@ -1,0 +1,98 @@
+import { AnthropicBedrock } from "@anthropic-ai/bedrock-sdk";
+import { ConversationRunner } from "@dispatch-once/anthropic";
+import { startMockPayments, type MockPaymentsServer } from "@dispatch-once/mock-payments";
+import { scriptFromPlans, startMockProvider, toolUse, turn, type MockProvider } from "@dispatch-once/mock-provider";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { PAY_ZOE, SEED, bodyText, cutCases, cutPoints, eventStreamFrames, rechunkCases, runAll } from "./byte-cut-cases.js";
+import { startByteProxy, type ByteProxy } from "./byte-proxy.js";
+import { runnerCases, type RunnerSide } from "./byte-cut-runner.js";
+
+/*
+ * Claude on Amazon Bedrock (ConversationRunner over AnthropicBedrock's messages.create({ stream: true }),
+ * `invoke-with-response-stream`) behind the byte proxy. The body is in the AWS event-stream binary
+ * framing: one message per Messages event (a 12-byte prelude with the total length, the headers,
+ * a payload `{"bytes": base64 of the event's JSON}`, the message CRC32). The paying response is cut
+ * on the frames where the call completes (content_block_stop) and the response finishes
+ * (message_delta, message_stop), inside the frames that carry a multi-byte character of the
+ * arguments, and at seeded offsets, with a FIN and with a RST; and whole responses re-chunked.
+ * See README "Byte-level cuts".
+ */
+
+const PROMPT = "pay Zoë";
+let provider: MockProvider;
+let proxy: ByteProxy;
+let payments: MockPaymentsServer;
+
+beforeAll(async () => {
+  provider = await startMockProvider({ seed: "byte-cut-bedrock", script: scriptFromPlans({ [PROMPT]: turn(toolUse("send_payment", PAY_ZOE)) }) });
+  proxy = await startByteProxy(provider.bedrockBaseURL);
+  payments = await startMockPayments({ latencyMs: 0 });
+});
+afterAll(async () => {
+  await proxy?.close();
+  await provider?.close();
+  await payments?.close();
+});
+
+type Block = { type: string; id?: string; input?: unknown; tool_use_id?: string; content?: unknown };
+const blocksOf = (log: unknown[]) => log.flatMap((m) => (Array.isArray((m as { content?: unknown }).content) ? (m as { content: Block[] }).content : []));
+
+const bedrock: RunnerSide = {
+  finishType: "message_stop",
+  prompt: PROMPT,
+  // The ids sit in the frames' base64 payloads.
+  idsIn: (body) => [...bodyText(body).matchAll(/"id":"((?:toolu|msg)_[^"]+)"/g)].map((m) => m[1]!),
+  runner: ({ caseId, tools, dispatcher, store, onEvent }) =>
+    new ConversationRunner({
+      // The proxy tells the cases apart by this header (signed along with the others; the mock does not verify SigV4).
+      client: new AnthropicBedrock({ baseURL: proxy.baseURL, awsRegion: "us-east-1", awsAccessKey: "AKIDEXAMPLE", awsSecretKey: "test-secret", maxRetries: 0, defaultHeaders: { "x-byte-case": caseId } }),
+      dispatcher,
+      store,
+      model: "claude-test",
+      tools: tools.providerSchemas(),
+      retry: { backoffMs: () => 1 },
+      onEvent,
+    }),
+  committed: (log) => {
+    const blocks = blocksOf(log);
+    return {
+      calls: blocks.filter((b) => b.type === "tool_use").map((b) => ({ id: b.id!, input: b.input })),
+      results: blocks.filter((b) => b.type === "tool_result").map((b) => ({ callId: b.tool_use_id!, output: b.content as string })),
+    };
+  },
+};
+
+const { runCase, referenceBody, cutEveryAttemptThenResend } = runnerCases(bedrock, { proxy: () => proxy, payments: () => payments });
+
+describe(`byte-level cuts of Claude on Amazon Bedrock's event stream, AnthropicBedrock messages.create({ stream: true }) (seed ${SEED})`, () => {
+  it("the reference body is an event stream of one frame per Messages event, in the order the harness names them", async () => {
+    const names = eventStreamFrames(await referenceBody()).map((f) => f.name);
+    expect(names.slice(-3)).toEqual(["content_block_stop", "message_delta", "message_stop"]);
+    expect(names.filter((n) => n === "content_block_delta").length).toBeGreaterThan(2);
+  });
+
+  it("STREAM-1 STREAM-8 STREAM-11 RECORD-8 a cut on the frames of the call's completion and the finish (prelude, header/payload edge, message CRC, seeded bytes), inside the frames of UTF-8 of the arguments, or elsewhere, by FIN or RST: one payment with its exact arguments, nothing of a cut response committed, records true", async () => {
+    const points = cutPoints(
+      await referenceBody(),
+      [
+        // The end of the last argument frame (its CRC), then the call's completion.
+        { type: "content_block_stop", before: 4, edges: 6 },
+        { type: "message_delta", before: 0, edges: 6 },
+        { type: "message_stop", before: 0, edges: 6 },
+      ],
+      { sample: 6, seed: SEED },
+    );
+    await runAll(cutCases("cut", points, { rstEvery: 5 }), runCase);
+  });
+
+  it("RECORD-7 RECORD-8 TURN-12 the same cut on every attempt of the first send (the turn fails), then the user's re-send of the message: one payment, and each failed turn's record tells of it", async () => {
+    await cutEveryAttemptThenResend("content_block_stop");
+  });
+
+  it("STREAM-2 the whole paying response re-chunked (1 byte a write; seeded splits of 1 to 64 bytes) commits at the first attempt with one payment", async () => {
+    const cases = rechunkCases("chunks", SEED, 3, { crlf: false });
+    await runAll(cases, runCase);
+    // Nothing was cut, so nothing was retried: each case's turn took its first response.
+    for (const c of cases) expect(proxy.requests.filter((r) => r.caseId === c.id).map((r) => r.number), c.label).toEqual([1, 2]);
+  });
+});
