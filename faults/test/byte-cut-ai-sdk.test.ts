@@ -1,17 +1,15 @@
 import { createOpenAI } from "@ai-sdk/openai";
-import { boundedFetch, createOnceTools, dispatchOnceOf, type OnceTurn } from "@dispatch-once/ai-sdk";
-import { MemoryLedger, ToolError, effectOf } from "@dispatch-once/core";
+import { boundedFetch } from "@dispatch-once/ai-sdk";
 import { call, respond, scriptFromPlans, startMockOpenAI, type MockOpenAI } from "@dispatch-once/mock-openai";
-import { DISPOSITION_BY_OUTCOME, PaymentsError, createPaymentsClient, startMockPayments, type MockPaymentsServer } from "@dispatch-once/mock-payments";
-import { stepCountIs, streamText, tool, type ModelMessage } from "ai";
+import { startMockPayments, type MockPaymentsServer } from "@dispatch-once/mock-payments";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { z } from "zod";
-import { PAY_ZOE, SEED, cutCases, cutPoints, crlf, rechunkCases, responseFate, runAll, type ByteCase } from "./byte-cut-cases.js";
+import { MODES, aiSdkCases as appCases, type AiSdkSide, type Mode } from "./byte-cut-ai-sdk-app.js";
+import { PAY_ZOE, SEED, cutCases, cutPoints, crlf, rechunkCases, responseFate, runAll } from "./byte-cut-cases.js";
 import { startByteProxy, type ByteProxy } from "./byte-proxy.js";
 
 /*
  * The Vercel AI SDK side (spec §13.2, AISDK-*): an app on `streamText` with its tools wrapped by
- * `createOnceTools`, over `@ai-sdk/openai`'s Responses model (the provider the package's tests and
+ * `createOnceTools` (byte-cut-ai-sdk-app.ts), over `@ai-sdk/openai`'s Responses model (the provider the package's tests and
  * the kit's `--provider ai-sdk` profile use), against mock-openai through the byte proxy. The app
  * does what the AISDK rules ask of it: it keeps a response (appends `response.messages` to its
  * chat) only when its stream had no `error` part and finished with a reason other than `error` or
@@ -50,182 +48,18 @@ function isPaying(requestBody: unknown): boolean {
   return last?.type !== "function_call_output";
 }
 
-/** Polls on the event loop until `condition` holds (no wall-clock assertion), for at most ~`tries` turns of 2 ms. */
-async function until(condition: () => boolean, tries = 5_000): Promise<boolean> {
-  for (let i = 0; i < tries && !condition(); i++) await new Promise((resolve) => setTimeout(resolve, 2));
-  await new Promise((resolve) => setTimeout(resolve, 2));
-  return condition();
-}
-
-type Mode = "tool-call" | "step";
-
-/** What one request (an attempt) of the app saw. */
-interface Attempt {
-  turn: OnceTurn<Record<string, never>>;
-  callIds: string[];
-  toolErrors: unknown[];
-  failed?: string;
-}
-
-let referenceRuns = 0;
-
-/**
- * The cases of one dispatch mode, whose plans cut the paying responses (`"paying"`: the n-th
- * request whose last input item is the user's message) or the answers after the payment
- * (`"answer"`: the n-th request that carries the call's output; the next request of the app
- * then pays again, and the ledger answers it).
- */
-function aiSdkCases(mode: Mode, target: "paying" | "answer" = "paying") {
-  async function runCase({ id: caseId, plan }: ByteCase): Promise<string | undefined> {
-    const account = `acct_${caseId}`;
-    let planned = 0;
-    proxy.plan(caseId, ({ requestBody }, body) => (isPaying(requestBody) === (target === "paying") ? plan(++planned, body) : undefined));
-    const client = createPaymentsClient({ baseURL: payments.url, token: account });
-    let claims = 0;
-    const sendPayment = tool({
-      description: "Send a payment to a payee",
-      inputSchema: z.object({ payee: z.string(), amount: z.number().int().positive(), currency: z.string().length(3), reference: z.string(), memo: z.string().optional() }),
-      execute: async (args, options) => {
-        try {
-          const payment = await client.createPayment(args, { idempotencyKey: dispatchOnceOf(options)!.idempotencyKey, ...(options.abortSignal ? { signal: options.abortSignal } : {}) });
-          return { paymentId: payment.body.id, status: "accepted" };
-        } catch (error) {
-          if (error instanceof PaymentsError) throw new ToolError(error.message, { disposition: DISPOSITION_BY_OUTCOME[error.outcome], code: error.code, cause: error });
-          throw error;
-        }
-      },
-    });
-    const once = createOnceTools({
-      tools: { send_payment: sendPayment },
-      effects: { send_payment: "keyed_write" },
-      identity: { send_payment: ["payee", "amount", "currency", "reference"] },
-      ledger: new MemoryLedger(),
-      dispatcher: {
-        waitMs: 10_000,
-        pollMs: 2,
-        logger: { warn: () => {} },
-        // Claims whose outcome is not in the ledger yet: a call started at its tool-call part may outlive its stream.
-        onEvent: (event) => void (event.type === "claimed" ? claims++ : event.type === "recorded" || event.type === "record_failed" ? claims-- : 0),
-      },
-    });
-    // The proxy tells the cases apart by this header; boundedFetch ends a stream that goes silent (AISDK-13).
-    const model = createOpenAI({ baseURL: proxy.baseURL, apiKey: "test-key", headers: { "x-byte-case": caseId }, fetch: boundedFetch({ idleMs: 30_000 }) }).responses("gpt-test");
-    const messages: ModelMessage[] = [{ role: "user", content: PROMPT }];
-
-    /** One request: kept when its stream finished (AISDK-8), else nothing is kept. */
-    const request = async (): Promise<Attempt> => {
-      const turn = once.forTurn({ conversationId: `chat_${caseId}`, messages, dispatchAt: mode }) as unknown as Attempt["turn"];
-      const attempt: Attempt = { turn, callIds: [], toolErrors: [] };
-      const fail = (why: string) => void (attempt.failed ??= why);
-      try {
-        const result = streamText({
-          model,
-          messages,
-          tools: turn.tools,
-          ...(mode === "tool-call" ? { onChunk: turn.onChunk } : {}),
-          stopWhen: stepCountIs(3),
-          maxRetries: 0,
-          onError: () => {},
-        });
-        let finished = false;
-        for await (const part of result.fullStream) {
-          if (part.type === "tool-call") attempt.callIds.push(part.toolCallId);
-          else if (part.type === "tool-error") attempt.toolErrors.push(part.error);
-          else if (part.type === "error") fail(`error part: ${String((part.error as Error)?.message ?? part.error).slice(0, 80)}`);
-          else if (part.type === "finish") {
-            finished = true;
-            if (part.finishReason === "error" || part.finishReason === "other") fail(`finish reason ${part.finishReason}`);
-          }
-        }
-        if (!finished) fail("no finish part");
-        if (attempt.failed === undefined) messages.push(...(await result.response).messages);
-      } catch (error) {
-        fail(`threw ${String(error).slice(0, 80)}`);
-      }
-      return attempt;
-    };
-
-    const paidKeys = () => payments.effects().flatMap((e) => (e.account === account && e.kind === "payment_created" ? [e.idempotencyKey!] : []));
-    /** Until every claimed call has its outcome in the ledger (the wrapper's outcome follows the write within the turn of the event loop `until` waits after). */
-    const settled = () => until(() => claims === 0);
-    const all: Attempt[] = [];
-    // Per failed send: the keys its calls' outcomes name (what the app tells the user), and the keys that had paid.
-    const failedSends: { told: string[]; paid: string[] }[] = [];
-    let kept: Attempt | undefined;
-    for (let send = 1; send <= 3 && kept === undefined; send++) {
-      const attempts: Attempt[] = [];
-      for (let i = 1; i <= 3 && kept === undefined; i++) {
-        const attempt = await request();
-        attempts.push(attempt);
-        if (attempt.failed === undefined) kept = attempt;
-      }
-      all.push(...attempts);
-      if (kept === undefined) {
-        if (!(await settled())) return `send ${send}: a call never settled`;
-        failedSends.push({ told: attempts.flatMap((a) => a.callIds.flatMap((id) => a.turn.outcomeOf(id)?.key ?? [])), paid: paidKeys() });
-      }
-    }
-    await settled();
-    const requests = proxy.requests.filter((r) => r.caseId === caseId);
-    const where = () =>
-      `requests ${requests.map((r) => `#${r.number}${isPaying(r.requestBody) ? "" : " (answer)"} ${r.sent}/${r.body.length} ${r.end} (${responseFate(r, FINISH)})`).join(", ")}; requests failed: ${all
-        .map((a) => a.failed ?? "kept")
-        .join(" / ")}`;
-    try {
-      expect(kept, "the turn was never kept in 3 sends of 3 requests").toBeDefined();
-      // Exactly one payment, with the arguments as the model sent them (the UTF-8 intact).
-      const made = payments.effects().filter((e) => e.account === account && e.kind === "payment_created");
-      expect(made.map((e) => e.payload)).toEqual([PAY_ZOE]);
-      const paidKey = made[0]!.idempotencyKey!;
-      // The chat holds one call and its one result, of a response the client got whole (AISDK-8).
-      const parts = messages.slice(1).flatMap((m) => (Array.isArray(m.content) ? (m.content as { type: string; toolCallId?: string; input?: unknown; output?: { type: string; value: unknown } }[]) : []));
-      const calls = parts.filter((p) => p.type === "tool-call");
-      const results = parts.filter((p) => p.type === "tool-result");
-      expect(calls.map((c) => c.input)).toEqual([PAY_ZOE]);
-      expect(results.map((r) => r.toolCallId)).toEqual([calls[0]!.toolCallId]);
-      expect(results[0]!.output).toEqual({ type: "json", value: { paymentId: made[0]!.resourceId, status: "accepted" } });
-      const callId = calls[0]!.toolCallId!;
-      const keeping = requests.find((r) => idsIn(r.body).includes(callId));
-      expect(keeping, `the kept call ${callId} is of no response this case received`).toBeDefined();
-      expect(responseFate(keeping!, FINISH), `the kept call ${callId} is of request #${keeping!.number}, cut before its ${FINISH}`).not.toBe("cut");
-      const text = JSON.stringify(messages);
-      for (const cut of requests.filter((r) => responseFate(r, FINISH) === "cut")) {
-        for (const id of idsIn(cut.body)) expect(text, `the chat names ${id} of cut request #${cut.number} (AISDK-8)`).not.toContain(id);
-      }
-      // The kept call's outcome is the payment's key; no tool error of any request says the payment did not happen (AISDK-5, EFFECT-6).
-      expect(kept!.turn.outcomeOf(callId)?.key).toBe(paidKey);
-      for (const error of all.flatMap((a) => a.toolErrors)) expect(effectOf(error), `a tool-error says the payment did not happen: ${String(error)}`).not.toBe("no");
-      // What a failed send tells the user names every payment made by then (AISDK-8: the wrapper's outcome, never "not done"), and no other key.
-      failedSends.forEach(({ told, paid }, i) => {
-        for (const key of paid) expect(told, `the outcomes of failed send ${i + 1} do not name the payment made under ${key} (AISDK-8)`).toContain(key);
-        for (const key of told) expect(key, `an outcome of failed send ${i + 1} names a key that never paid`).toBe(paidKey);
-      });
-      return undefined;
-    } catch (error) {
-      return `${(error as Error).message.split("\n")[0]}; ${where()}`;
-    }
-  }
-
-  /**
-   * The paying response of a whole pass-through, to place the cut points on. Its verdict is the
-   * first case's: a bug that fails it still gets every cut case run and counted.
-   */
-  let reference: { label: string; failure: string | undefined } | undefined;
-  async function referenceBody(): Promise<Buffer> {
-    const id = `reference-${mode}-${referenceRuns++}`;
-    reference = { label: "the whole response (reference)", failure: await runCase({ id, label: "whole", plan: () => undefined }) };
-    return proxy.requests.find((r) => r.caseId === id && r.number === (target === "paying" ? 1 : 2))!.body;
-  }
-  /** Runs the cases, counting the reference among them. */
-  const run = (cases: readonly ByteCase[]) =>
-    runAll(reference === undefined ? cases : [{ id: "reference", label: reference.label, plan: () => undefined }, ...cases], (c) => (c.id === "reference" ? Promise.resolve(reference!.failure) : runCase(c)));
-  return { runCase, referenceBody, run };
-}
-
-const modes: { mode: Mode; label: string }[] = [
-  { mode: "tool-call", label: 'dispatchAt "tool-call" (onChunk)' },
-  { mode: "step", label: 'dispatchAt "step"' },
-];
+const responses: AiSdkSide = {
+  finishType: FINISH,
+  prompt: PROMPT,
+  // The proxy tells the cases apart by this header; boundedFetch ends a stream that goes silent (AISDK-13).
+  model: (caseId) => createOpenAI({ baseURL: proxy.baseURL, apiKey: "test-key", headers: { "x-byte-case": caseId }, fetch: boundedFetch({ idleMs: 30_000 }) }).responses("gpt-test"),
+  idsIn,
+  isPaying,
+  proxy: () => proxy,
+  payments: () => payments,
+};
+const aiSdkCases = (mode: Mode, target: "paying" | "answer" = "paying") => appCases(responses, mode, target);
+const modes = MODES;
 
 describe(`byte-level cuts of streamText over @ai-sdk/openai's Responses model, tools from createOnceTools (seed ${SEED})`, () => {
   const toolCall = aiSdkCases("tool-call");

@@ -241,8 +241,18 @@ export function cutPoints(reference: Buffer, regions: readonly CutRegion[], opti
   return points;
 }
 
-/** The body with CRLF line endings (SSE allows them; the JSON of a data line holds no raw newline). */
-export const crlf = (body: Buffer) => Buffer.from(body.toString("latin1").replace(/\n/g, "\r\n"), "latin1");
+/**
+ * The body with CRLF line endings (SSE allows them; the JSON of a data line holds no raw newline).
+ * A body that has them already (mock-provider's Gemini routes send CRLF) stays as it is: a `\r\r\n`
+ * would be two line ends, a blank line the body never had.
+ */
+export const crlf = (body: Buffer) => Buffer.from(body.toString("latin1").replace(/\r?\n/g, "\r\n"), "latin1");
+
+/** The body with LF line endings: for a provider that sends CRLF, the other way a proxy may pass it on. */
+export const lf = (body: Buffer) => Buffer.from(body.toString("latin1").replace(/\r\n/g, "\n"), "latin1");
+
+/** The body with the line endings it does not have: LF for a CRLF body, else CRLF. */
+export const otherLineEndings = (body: Buffer) => (body.includes("\r\n") ? lf(body) : crlf(body));
 
 export function cutDelivery(body: Buffer, at: number, end: ConnectionEnd): Delivery {
   return { body, writes: [at], end };
@@ -320,12 +330,12 @@ export interface ByteCase {
  * with a RST as well: a RST discards what the client had not read yet, so its exact byte matters
  * less than a FIN's, whose every byte the parser sees.
  */
-export function cutCases(prefix: string, points: readonly CutPoint[], options: { rstEvery?: number; crlf?: boolean; requests?: readonly number[] } = {}): ByteCase[] {
-  const transform = options.crlf === true ? crlf : (b: Buffer) => b;
+export function cutCases(prefix: string, points: readonly CutPoint[], options: { rstEvery?: number; crlf?: boolean; otherLineEndings?: boolean; requests?: readonly number[] } = {}): ByteCase[] {
+  const transform = options.otherLineEndings === true ? otherLineEndings : options.crlf === true ? crlf : (b: Buffer) => b;
   const cut = options.requests ?? [1];
   const one = (point: CutPoint, end: ConnectionEnd, i: number): ByteCase => ({
     id: `${prefix}-${end}-${i}`,
-    label: `cut ${describeCut(point)} then ${end.toUpperCase()}${options.crlf === true ? " (CRLF)" : ""}${cut.length > 1 ? ` in requests ${cut.join(", ")}` : ""}`,
+    label: `cut ${describeCut(point)} then ${end.toUpperCase()}${options.crlf === true ? " (CRLF)" : options.otherLineEndings === true ? " (other line endings)" : ""}${cut.length > 1 ? ` in requests ${cut.join(", ")}` : ""}`,
     plan: (number, body) => {
       if (!cut.includes(number)) return undefined;
       const delivered = transform(body);
@@ -343,13 +353,14 @@ export function cutCases(prefix: string, points: readonly CutPoint[], options: {
  * splits, each with LF and with CRLF. (1 byte a write costs a turn of the event loop a byte, about
  * 0.1-0.4 s of CPU a response, so the answer after the payment goes whole.)
  */
-export function rechunkCases(prefix: string, seed: number, splits: number, options: { crlf?: boolean } = {}): ByteCase[] {
+export function rechunkCases(prefix: string, seed: number, splits: number, options: { crlf?: boolean; otherLineEndings?: boolean } = {}): ByteCase[] {
+  const second = options.otherLineEndings === true ? otherLineEndings : crlf;
   const ways: [string, (body: Buffer) => Delivery][] = [["1 byte a write", (b) => rechunked(b, "bytes")]];
   for (let i = 0; i < splits; i++) ways.push([`seeded splits ${seed + i}`, (b) => rechunked(b, { seed: seed + i })]);
   return ways.flatMap(([label, way], i) => [
     { id: `${prefix}-lf-${i}`, label, plan: (n: number, body: Buffer) => (n === 1 ? way(body) : undefined) },
     // An event stream is binary: no line endings to rewrite.
-    ...(options.crlf === false ? [] : [{ id: `${prefix}-crlf-${i}`, label: `${label}, CRLF`, plan: (n: number, body: Buffer) => (n === 1 ? way(crlf(body)) : undefined) }]),
+    ...(options.crlf === false ? [] : [{ id: `${prefix}-crlf-${i}`, label: `${label}, ${options.otherLineEndings === true ? "other line endings" : "CRLF"}`, plan: (n: number, body: Buffer) => (n === 1 ? way(second(body)) : undefined) }]),
   ]);
 }
 
