@@ -3,7 +3,7 @@ import { ConversationRunner } from "@dispatch-once/anthropic";
 import { startMockPayments, type MockPaymentsServer } from "@dispatch-once/mock-payments";
 import { scriptFromPlans, startMockProvider, toolUse, turn, type MockProvider } from "@dispatch-once/mock-provider";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { PAY_ZOE, SEED, bodyText, cutCases, cutPoints, eventStreamFrames, rechunkCases, runAll } from "./byte-cut-cases.js";
+import { PAY_ZOE, SEED, bodyText, cutCases, cutDelivery, cutPoints, eventStreamFrames, rechunkCases, runAll } from "./byte-cut-cases.js";
 import { startByteProxy, type ByteProxy } from "./byte-proxy.js";
 import { runnerCases, type RunnerSide } from "./byte-cut-runner.js";
 
@@ -69,6 +69,38 @@ describe(`byte-level cuts of Claude on Amazon Bedrock's event stream, AnthropicB
     const names = eventStreamFrames(await referenceBody()).map((f) => f.name);
     expect(names.slice(-3)).toEqual(["content_block_stop", "message_delta", "message_stop"]);
     expect(names.filter((n) => n === "content_block_delta").length).toBeGreaterThan(2);
+  });
+
+  it("what the SDK tells of a FIN inside a frame: nothing when fewer than 4 bytes of it came (its decoder has no total length yet, and ends as at a clean close), `Truncated event message received.` from the 4th byte to the last but one", async () => {
+    const frames = eventStreamFrames(await referenceBody());
+    const stop = frames.find((f) => f.name === "message_stop")!;
+    const told: Record<number, string> = {};
+    for (const delta of [0, 1, 2, 3, 4, 11, stop.end - stop.start - 1, stop.end - stop.start]) {
+      const caseId = `sdk-fin-${delta}`;
+      proxy.plan(caseId, (_request, body) => cutDelivery(body, eventStreamFrames(body).find((f) => f.name === "message_stop")!.start + delta, "fin"));
+      const client = new AnthropicBedrock({ baseURL: proxy.baseURL, awsRegion: "us-east-1", awsAccessKey: "AKIDEXAMPLE", awsSecretKey: "test-secret", maxRetries: 0, defaultHeaders: { "x-byte-case": caseId } });
+      const seen: string[] = [];
+      try {
+        const tools = [{ name: "send_payment", description: "Send a payment", input_schema: { type: "object" as const } }];
+        const stream = await client.messages.create({ model: "claude-test", max_tokens: 1024, messages: [{ role: "user", content: PROMPT }], tools, stream: true });
+        for await (const event of stream) seen.push(event.type);
+        told[delta] = `ended after ${seen.at(-1)}`;
+      } catch (error) {
+        told[delta] = `threw ${(error as Error).message} after ${seen.at(-1)}`;
+      }
+    }
+    const length = stop.end - stop.start;
+    // So only the runner's own check for message_stop (STREAM-1) fails such a response: the cases above cut there too.
+    expect(told).toEqual({
+      0: "ended after message_delta",
+      1: "ended after message_delta",
+      2: "ended after message_delta",
+      3: "ended after message_delta",
+      4: "threw Truncated event message received. after message_delta",
+      11: "threw Truncated event message received. after message_delta",
+      [length - 1]: "threw Truncated event message received. after message_delta",
+      [length]: "ended after message_stop",
+    });
   });
 
   it("STREAM-1 STREAM-8 STREAM-11 RECORD-8 a cut on the frames of the call's completion and the finish (prelude, header/payload edge, message CRC, seeded bytes), inside the frames of UTF-8 of the arguments, or elsewhere, by FIN or RST: one payment with its exact arguments, nothing of a cut response committed, records true", async () => {

@@ -15,8 +15,10 @@ import { startByteProxy, type ByteProxy } from "./byte-proxy.js";
  * members become whole, a terminal `functionCall: {}`), the model wrapped as the ai-sdk README's app
  * wraps it (`[providerToolsGuard(), spliceGuard()]`), tools from `createOnceTools`
  * (byte-cut-ai-sdk-app.ts), mock-provider's Vertex Gemini route behind the byte proxy (a fetch sends
- * Vertex AI's host to it; google-auth-library gets an auth client with a fixed token). The call
- * completes at its terminal part; the last chunk has the `finishReason`. See README "Byte-level cuts".
+ * Vertex AI's host to it; google-auth-library gets an auth client with a fixed token). Thoughts are
+ * on, as a Gemini 3 model sends them: the turn's `thoughtSignature` rides on the call, and the
+ * request after it carries both back. The call completes at its terminal part; the last chunk has
+ * the `finishReason`. See README "Byte-level cuts".
  */
 
 const PROMPT = "pay Zoë";
@@ -56,7 +58,7 @@ const vertex: AiSdkSide = {
       model: createVertex({ project: "acme-prod", location: "us-central1", googleAuthOptions: { authClient: authClient as never }, headers: { "x-byte-case": caseId }, fetch: boundedFetch({ idleMs: 30_000, fetch: toProxy }) })(
         "gemini-3-pro-preview",
       ) as Model,
-      middleware: [defaultSettingsMiddleware({ settings: { providerOptions: { google: { streamFunctionCallArguments: true } } } }), providerToolsGuard(), spliceGuard()],
+      middleware: [defaultSettingsMiddleware({ settings: { providerOptions: { google: { streamFunctionCallArguments: true, thinkingConfig: { includeThoughts: true, thinkingBudget: 1024 } } } } }), providerToolsGuard(), spliceGuard()],
     }),
   idsIn: (body) => [...body.toString("utf8").matchAll(/"(?:id|responseId)":"([^"]+)"/g)].map((m) => m[1]!),
   isPaying: (requestBody) => !JSON.stringify(requestBody).includes('"functionResponse"'),
