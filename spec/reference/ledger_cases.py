@@ -543,9 +543,11 @@ def ledger_cases() -> dict:
          claimed(1), resolve("completed", expected_fence=1, expect=not_resolvable("in_flight")),
          op("markUnknown", reason="tool_error"), resolve("completed", expected_fence=1, expect=resolved("completed", 2, result=PAY_RESULT)),
          resolve("completed", expected_fence=1, expect=STALE), resolve("completed", expected_fence=2, expect=not_resolvable("completed")))
-    case("RESOLVE-1", "malformed requests are refused with invalid_ledger_input naming the member (a resolution's own as resolution.<name>) and change nothing: empty actor or reason, an unknown member, a member its outcome does not have, a bad or missing outcome, a result that is not JSON text, an error that is not a stored error, a bad expectedFence",
+    case("RESOLVE-1", "malformed requests are refused with invalid_ledger_input naming the member (a resolution's own as resolution.<name>) and change nothing: an empty or blank actor or reason, an unknown member, a member its outcome does not have, a bad or missing outcome, a result that is not JSON text, an error that is not a stored error, a bad expectedFence",
          claimed(1, returns=ra), op("markUnknown", reason="tool_error"),
          resolve("not_performed", actor="", expect=bad_input("actor")), resolve("not_performed", reason="", expect=bad_input("reason")),
+         # White space names nobody and says nothing an audit can read (RESOLVE-1).
+         resolve("not_performed", actor="   ", expect=bad_input("actor")), resolve("not_performed", reason="\t", expect=bad_input("reason")),
          resolve("not_performed", extra={"expectedfence": 1}, expect=bad_input("expectedfence")),
          resolve("not_performed", extra={"fence": 1}, expect=bad_input("fence")),
          resolve(resolution={"outcome": "completed", "result": PAY_RESULT, "error": DECLINED}, expect=bad_input("resolution.error")),
