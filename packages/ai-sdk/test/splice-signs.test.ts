@@ -7,7 +7,7 @@ import { spliceGuard } from "../src/index.js";
 // AISDK-16's signs, one by one: a fake provider that emits each raw event followed by a marker part
 // (as @ai-sdk/openai and @ai-sdk/anthropic emit a chunk's raw part before the parts parsed from it).
 type Part = { type: string; [k: string]: unknown };
-async function guarded(events: unknown[], extra: Part[] = [], includeRawChunks = false) {
+async function guarded(events: unknown[], extra: Part[] = [], includeRawChunks = false, providerErrored = false) {
   const parts: Part[] = [{ type: "stream-start", warnings: [] }];
   events.forEach((rawValue, i) => parts.push({ type: "raw", rawValue }, { type: "text-delta", id: "t", delta: String(i) }));
   parts.push(...extra);
@@ -21,10 +21,10 @@ async function guarded(events: unknown[], extra: Part[] = [], includeRawChunks =
   const { stream } = await wrapLanguageModel({ model, middleware: spliceGuard() }).doStream({ prompt: [], includeRawChunks });
   const seen: Part[] = [];
   for await (const part of stream as unknown as AsyncIterable<Part>) seen.push(part);
-  // The guard's error part is the stream's last part.
+  // The guard's error part is the stream's last part (a provider's own error part is followed by its finish).
   const at = seen.findIndex((p) => p.type === "error");
   const error = at === -1 ? undefined : seen[at]!["error"];
-  if (at !== -1) expect(seen.slice(at + 1)).toEqual([]);
+  if (at !== -1 && !providerErrored) expect(seen.slice(at + 1)).toEqual([]);
   // The markers passed on: which events' parts reached the AI SDK.
   const passed = seen.filter((p) => p.type === "text-delta").map((p) => Number(p["delta"]));
   return { error, passed, seen, askedRaw };
@@ -137,5 +137,81 @@ describe("spliceGuard's signs over Google's Gemini chunks (AISDK-16)", () => {
       expect(r.passed).toEqual(passed);
       expect(r.seen.some((p) => p.type === "finish")).toBe(false);
     }
+  });
+});
+
+describe("spliceGuard's signs over Bedrock's Converse events (AISDK-16)", () => {
+  // Converse events as @ai-sdk/amazon-bedrock passes them raw: one key, the event's name.
+  const start = { messageStart: { role: "assistant" } };
+  const text = (i: number, t: string) => ({ contentBlockDelta: { contentBlockIndex: i, delta: { text: t } } });
+  const toolStart = (i: number) => ({ contentBlockStart: { contentBlockIndex: i, start: { toolUse: { toolUseId: `t${i}`, name: "pay" } } } });
+  const toolInput = (i: number) => ({ contentBlockDelta: { contentBlockIndex: i, delta: { toolUse: { input: '{"to":"acme"}' } } } });
+  const stop = (i: number) => ({ contentBlockStop: { contentBlockIndex: i } });
+  const messageStop = { messageStop: { stopReason: "tool_use" } };
+  const metadata = { metadata: { usage: { inputTokens: 1, outputTokens: 2, totalTokens: 3 } } };
+
+  it("a whole Converse body passes: text opened by its first delta, a tool use, messageStop, metadata", async () => {
+    const events = [start, text(0, "Paying."), text(0, " Now."), stop(0), toolStart(1), toolInput(1), stop(1), messageStop, metadata];
+    const r = await guarded(events, [{ type: "finish" }]);
+    expect(r.error).toBeUndefined();
+    expect(r.passed).toEqual(events.map((_, i) => i));
+  });
+
+  it("fails at a second messageStart, at a block started where a block is open, at a block continued where one stopped, at content after messageStop, at a second messageStop, and at a finish without messageStop", async () => {
+    const cases: [unknown[], Part[], RegExp, number[]][] = [
+      // A cut in the first response's text, the proxy's response with its own start: its text continues block 0.
+      [[start, text(0, "Pay"), start, text(0, "Paying now.")], [], /^messageStart second_response/, [0, 1]],
+      // The spliced tool use starts at the index of the first response's text, still open (cut mid-text):
+      // a text block opens at its first delta, with no contentBlockStart.
+      [[start, text(0, "Pay"), toolStart(0), toolInput(0)], [], /^contentBlockStart at contentBlockIndex 0, which already holds a block/, [0, 1]],
+      // Headless, led by a sentence: its text continues at the first response's stopped call.
+      [[start, toolStart(0), toolInput(0), stop(0), text(0, "Paying now.")], [], /^contentBlockDelta at contentBlockIndex 0, whose block already stopped/, [0, 1, 2, 3]],
+      // After the first response's messageStop, at an index the first never used.
+      [[start, toolStart(0), toolInput(0), stop(0), messageStop, toolStart(1), toolInput(1)], [], /^contentBlockStart after messageStop/, [0, 1, 2, 3, 4]],
+      [[start, text(0, "Done."), stop(0), messageStop, messageStop], [], /^messageStop: a second messageStop/, [0, 1, 2, 3]],
+      [[start, toolStart(0), toolInput(0), stop(0)], [{ type: "finish" }], /^the Converse body ended without messageStop/, [0, 1, 2, 3]],
+    ];
+    for (const [events, extra, sign, passed] of cases) {
+      const r = await guarded(events, extra);
+      expect(StreamIncompleteError.isInstance(r.error), JSON.stringify(events)).toBe(true);
+      expect((r.error as StreamIncompleteError).streamError, JSON.stringify(events)).toMatch(sign);
+      expect((r.error as StreamIncompleteError).finishEvent).toBe("messageStop");
+      expect(r.passed, JSON.stringify(events)).toEqual(passed);
+      expect(r.seen.some((p) => p.type === "finish")).toBe(false);
+    }
+  });
+
+  it("an exception frame the provider told as its error part is that one error: the guard adds none at the finish", async () => {
+    const providerError = new Error("throttled");
+    const r = await guarded([start, text(0, "Pay"), { throttlingException: { message: "Too many requests" } }], [{ type: "error", error: providerError }, { type: "finish" }], false, true);
+    expect(r.seen.filter((p) => p.type === "error").map((p) => p["error"])).toEqual([providerError]);
+    expect(r.seen.at(-1)?.type).toBe("finish");
+  });
+});
+
+describe("spliceGuard's Gemini reading of candidate 0 and of every finishReason (AISDK-16)", () => {
+  // Candidate 0 as the API may send it: proto3's JSON leaves a default index (0) out.
+  const g = (responseId: string, parts: unknown[], finishReason?: string) => ({
+    candidates: [{ content: { role: "model", parts }, ...(finishReason ? { finishReason } : {}) }],
+    responseId,
+    modelVersion: "gemini-2.5-flash",
+  });
+  const call = { functionCall: { name: "pay", args: { to: "acme" } } };
+
+  it("a body whose candidate omits its index is read as candidate 0's: it finishes, and content after its finishReason fails", async () => {
+    const whole = await guarded([g("r1", [call]), g("r1", [{ text: "" }], "STOP")], [{ type: "finish" }]);
+    expect(whole.error).toBeUndefined();
+    const after = await guarded([g("r1", [call], "STOP"), g("r1", [call])]);
+    expect((after.error as StreamIncompleteError | undefined)?.streamError).toMatch(/^a chunk after finishReason/);
+    expect(after.passed).toEqual([0]);
+  });
+
+  it("any finishReason finishes the response, not STOP alone: a MAX_TOKENS body passes, and content after a SAFETY finish fails", async () => {
+    const limit = await guarded([g("r1", [{ text: "a" }]), g("r1", [{ text: "" }], "MAX_TOKENS")], [{ type: "finish" }]);
+    expect(limit.error).toBeUndefined();
+    expect(limit.passed).toEqual([0, 1]);
+    const after = await guarded([g("r1", [{ text: "a" }], "SAFETY"), g("r1", [call])]);
+    expect((after.error as StreamIncompleteError | undefined)?.streamError).toMatch(/^a chunk after finishReason/);
+    expect(after.passed).toEqual([0]);
   });
 });
