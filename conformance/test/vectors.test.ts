@@ -1,4 +1,4 @@
-import { MemoryLedger, type AuditEntry, type LedgerRow, type ResolveRequest, type ResolvedRow } from "@dispatch-once/core";
+import { MemoryLedger, ResolutionRefusedError, type AuditEntry, type LedgerRow, type ResolveRequest, type ResolvedRow } from "@dispatch-once/core";
 import { describe, expect, it } from "vitest";
 import { BUNDLED_LEDGER_VECTORS, ledgerChecks, memoryLedgerSubject, parseVectorFile, runVectorCase, vectorNeeds, type VectorCase } from "../src/index.js";
 import { kvSubject } from "./fixtures/kv-ledger.js";
@@ -16,6 +16,26 @@ class ResolveUnaudited extends MemoryLedger {
   override async resolve(request: ResolveRequest): Promise<ResolvedRow> {
     const written = await super.resolve(request);
     (this as unknown as { audits: Map<string, AuditEntry[]> }).audits.get(request.key)!.pop();
+    return written;
+  }
+}
+/** RESOLVE-2's bug: resolution_refused names the adapter's storage key (a hashed one), not the key the operator sent. */
+class RefusalNamesStorageKey extends MemoryLedger {
+  override async resolve(request: ResolveRequest): Promise<ResolvedRow> {
+    try {
+      return await super.resolve(request);
+    } catch (error) {
+      if (ResolutionRefusedError.isInstance(error)) throw new ResolutionRefusedError(`do:h:${request.key}`, error.state);
+      throw error;
+    }
+  }
+}
+/** RESOLVE-7's bug: every resolution is audited twice (the adapter's write path and its trigger both append). */
+class ResolveAuditedTwice extends MemoryLedger {
+  override async resolve(request: ResolveRequest): Promise<ResolvedRow> {
+    const written = await super.resolve(request);
+    const entries = (this as unknown as { audits: Map<string, AuditEntry[]> }).audits.get(request.key)!;
+    entries.push({ ...entries.at(-1)! });
     return written;
   }
 }
@@ -115,6 +135,20 @@ describe("ledger-transition vectors", () => {
     await expect(runVectorCase(memoryLedgerSubject("memory-resolve-unaudited", ResolveUnaudited), vector)).rejects.toThrow(
       "LT-090 (RESOLVE-7) step t=7: auditTrail has 1 entries, expected 2: no entry 2 (resolved by 'ops@example.com' unknown -> released fence=2 outcome not_performed)",
     );
+  });
+
+  it("RESOLVE-7 a resolution audited twice fails LT-090 and names the entry too many", async () => {
+    const vector = vectorById("LT-090");
+    await expect(runVectorCase(memoryLedgerSubject("memory-resolve-audited-twice", ResolveAuditedTwice), vector)).rejects.toThrow(
+      "LT-090 (RESOLVE-7) step t=7: auditTrail has 3 entries, expected 2: entry 3 is resolved by 'ops@example.com' unknown -> released fence=2 outcome not_performed",
+    );
+  });
+
+  it("RESOLVE-2 a resolution_refused that names another key than the one sent fails LT-084 and says which", async () => {
+    const vector = vectorById("LT-084");
+    expect(vector.rule).toBe("RESOLVE-2");
+    await runVectorCase(memoryLedgerSubject(), vector);
+    await expect(runVectorCase(memoryLedgerSubject("memory-refusal-storage-key", RefusalNamesStorageKey), vector)).rejects.toThrow(/LT-084 \(RESOLVE-2\) step t=1: resolve refused with 'resolution_refused' naming key 'do:h:[0-9a-f]+', not the key it was sent/);
   });
 
   it("a case with an auditTrail step is not applicable to a subject that does not offer auditTrail", () => {
