@@ -81,6 +81,27 @@ class DropsUnknownMembers extends MemoryLedger {
     return super.resolve({ key, resolution: outcome, actor, reason, ...(expectedFence !== undefined && expectedFence >= 1 ? { expectedFence } : {}), ...(action !== undefined ? { action } : {}) });
   }
 }
+/** RESOLVE-1: a blank actor taken for a name (the reason's check kept): the audit names nobody. */
+class AcceptsBlankActorOnly extends MemoryLedger {
+  override async resolve(request: ResolveRequest): Promise<ResolvedRow> {
+    const blank = request.actor.length > 0 && request.actor.trim().length === 0;
+    return super.resolve(blank ? { ...request, actor: "unknown operator" } : request);
+  }
+}
+/** RESOLVE-1, RESOLVE-4: a request's unknown members dropped (a resolution's own still checked): a misspelt expectedFence settles any claim. */
+class DropsUnknownRequestMembers extends MemoryLedger {
+  override async resolve(request: ResolveRequest): Promise<ResolvedRow> {
+    const { key, resolution, actor, reason, expectedFence, action } = request;
+    return super.resolve({ key, resolution, actor, reason, ...(expectedFence !== undefined ? { expectedFence } : {}), ...(action !== undefined ? { action } : {}) });
+  }
+}
+/** RESOLVE-1, RESOLVE-4: expectedFence read by truthiness (`if (request.expectedFence)`): 0 is taken as absent and settles whatever claim holds the row. */
+class ZeroFenceAsAbsent extends MemoryLedger {
+  override async resolve(request: ResolveRequest): Promise<ResolvedRow> {
+    const { expectedFence, ...rest } = request;
+    return super.resolve(expectedFence === 0 ? rest : request);
+  }
+}
 class NoAudit extends MemoryLedger {
   override async auditTrail(_key: string): Promise<AuditEntry[]> {
     return [];
@@ -138,6 +159,9 @@ const BROKEN: Array<{ bug: string; ledger: typeof MemoryLedger; rule: string; ch
   { bug: "noAudit", ledger: NoAudit, rule: "RESOLVE-7", check: /appends an audit entry/ },
   { bug: "acceptsBlankActor", ledger: AcceptsBlankActor, rule: "RESOLVE-1", check: /without actor or reason/ },
   { bug: "dropsUnknownMembers", ledger: DropsUnknownMembers, rule: "RESOLVE-1", check: /a member it does not have/ },
+  { bug: "acceptsBlankActorOnly", ledger: AcceptsBlankActorOnly, rule: "RESOLVE-1", check: /without actor or reason/ },
+  { bug: "dropsUnknownRequestMembers", ledger: DropsUnknownRequestMembers, rule: "RESOLVE-1", check: /a member it does not have/ },
+  { bug: "zeroFenceAsAbsent", ledger: ZeroFenceAsAbsent, rule: "RESOLVE-1", check: /an expectedFence not from 1/ },
   { bug: "listIgnoresState", ledger: ListIgnoresState, rule: "LIST-1", check: /every given filter/ },
   { bug: "listNewestFirst", ledger: ListNewestFirst, rule: "LIST-2", check: /oldest last transition first/ },
   { bug: "listRepeatsLastRow", ledger: ListRepeatsLastRow, rule: "LIST-5", check: /exactly once/ },
