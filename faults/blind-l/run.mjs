@@ -18,7 +18,7 @@
 // Results go to faults/blind-<round>/results.json (merged per mutant). Needs PostgreSQL and Redis as
 // the suites do; run it alone (it swaps dist files other runs would load).
 import { spawn } from "node:child_process";
-import { copyFileSync, existsSync, mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import { copyFileSync, cpSync, existsSync, mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { basename, join, relative, resolve } from "node:path";
 import { mutatedEntry } from "@dispatch-once/test-processes";
 import { createRequire } from "node:module";
@@ -57,7 +57,7 @@ const env = {
   CONFORMANCE_E2E_AISDK_RUNS: process.env.CONFORMANCE_E2E_AISDK_RUNS ?? "20",
 };
 
-/** @typedef {{ name: string; dir: string; files?: string[]; grep?: string; own?: boolean }} Catcher */
+/** @typedef {{ name: string; dir: string; files?: string[]; grep?: string; own?: boolean; python?: string[] }} Catcher */
 const pkgTests = (/** @type {string} */ pkg, own = false) => ({ name: `packages/${pkg} tests`, dir: `packages/${pkg}`, own });
 const byteCut = (/** @type {string[]} */ sides) => ({ name: `faults byte-cut (${sides.join(", ")})`, dir: "faults", files: sides.map((s) => `test/byte-cut-${s}.test.ts`) });
 const crash = { name: "faults crash", dir: "faults", files: ["test/crash.test.ts"] };
@@ -65,6 +65,8 @@ const e2e = { name: "conformance-e2e CONF-2 (memory ledger, Messages and Respons
 const e2eAiSdk = { name: "conformance-e2e AI SDK profile", dir: "conformance-e2e", files: ["test/e2e-ai-sdk.test.ts"] };
 // Round N: the kit's planted tests whose control runs the real runner (or, `own`, whose oracle and draws are mutated).
 const kit = (/** @type {string} */ name, /** @type {string[]} */ files, own = false) => ({ name: `conformance-e2e ${name}`, dir: "conformance-e2e", files, own });
+/** The ledger kit's own tests (conformance/), `own` when the mutant is the kit's. */
+const conformanceTests = (/** @type {string[]} */ files, own = false) => ({ name: `conformance tests (${files.map((f) => basename(f, ".test.ts")).join(", ")})${own ? ", mutated" : ""}`, dir: "conformance", files, own });
 const deferredPlanted = kit("deferred-call planted (TURN-23)", ["test/e2e-deferred-call-planted.test.ts"]);
 /** @type {Record<string, Catcher[]>} */
 const CHAINS = {
@@ -108,11 +110,53 @@ const CHAINS = {
     kit("call-keys planted (TURN-24), mutated", ["test/e2e-call-keys-planted.test.ts"], true),
     { ...e2e, name: `${e2e.name}, mutated`, own: true },
   ],
+  // Round P: the splice guard over Converse and Gemini and the provider tools (AISDK-15, AISDK-16):
+  // ai-sdk's tests (its Converse and Gemini files run the mock provider's routes), then the kit's
+  // AI SDK profile on the Responses API and over the cloud model APIs.
+  "ai-sdk-guard": [pkgTests("ai-sdk", true), e2eAiSdk, kit("AI SDK profile over Converse and Gemini", ["test/e2e-ai-sdk-cloud.test.ts", "test/e2e-ai-sdk-cloud-planted.test.ts"])],
+  // Round P: the memory ledger's resolve (RESOLVE-3, LEDGER-27): core's tests, the ledger kit's
+  // vectors and checks over the memory ledger (it loads core's dist), then the CLI's.
+  "core-resolve": [pkgTests("core", true), conformanceTests(["test/vectors.test.ts", "test/memory-ledger.test.ts", "test/broken-resolve-ledgers.test.ts"]), pkgTests("cli")],
+  // Round P: the ledger kit's RESOLVE-1 check and vectors' runner: its own tests that run them
+  // (planted broken ledgers and the memory ledger), source-loaded.
+  conformance: [conformanceTests(["test/broken-resolve-ledgers.test.ts", "test/vectors.test.ts", "test/memory-ledger.test.ts", "test/broken-ledgers.test.ts"], true)],
+  // Round P: the end-to-end kit's Anthropic platform draw: its draw and missing-SDK tests, the
+  // platforms' planted tests, then CONF-2's profiles.
+  "kit-platform": [
+    kit("Anthropic platform draw and missing SDK, mutated", ["test/anthropic-platform-draw.test.ts", "test/anthropic-platform-missing.test.ts"], true),
+    kit("platform planted (STREAM-8, CONF-2), mutated", ["test/e2e-platform-planted.test.ts"], true),
+    { ...e2e, name: `${e2e.name}, mutated`, own: true },
+  ],
+  // Round P: the AI SDK profile over Converse and Gemini: its cloud tests and planted tests, then the splice planted tests.
+  "kit-cloud": [
+    // Always on (the cloud planted tests run only with their knobs set): splices drawn, the restart played with its start, the spliced call named.
+    kit("AI SDK cloud splices (AISDK-16), mutated", ["test/e2e-ai-sdk-cloud-splices.test.ts"], true),
+    kit("AI SDK cloud profile and planted (AISDK-16), mutated", ["test/e2e-ai-sdk-cloud.test.ts", "test/e2e-ai-sdk-cloud-planted.test.ts"], true),
+    kit("AI SDK splice planted (AISDK-16), mutated", ["test/e2e-ai-sdk-splice-planted.test.ts", "test/e2e-ai-sdk-splice-dispatch-planted.test.ts"], true),
+  ],
+  // Round P: the mock provider's cloud routes, where a mock bug would hide a library bug: its own
+  // tests, then ai-sdk's (Converse and Gemini files) and the kit's cloud profile (both load its dist).
+  mock: [
+    { name: "apps/mock-provider tests", dir: "apps/mock-provider", own: true },
+    pkgTests("ai-sdk"),
+    kit("AI SDK profile over Converse and Gemini", ["test/e2e-ai-sdk-cloud.test.ts", "test/e2e-ai-sdk-cloud-planted.test.ts"]),
+    kit("Anthropic platform planted (Bedrock, Vertex)", ["test/e2e-platform-planted.test.ts"]),
+  ],
+  // Round P: the Python reference (spec/reference/ledger_ref.py), run on a patched copy of spec/:
+  // every vector against it (the vectors were generated from it, so a mutant that changes an
+  // answer meets the committed expectation).
+  python: [{ name: "spec/reference python vectors", dir: "spec/reference", python: ["test_vectors.py"] }],
   "kit-tabs": [kit("AI SDK tabs planted (AISDK-17), mutated", ["test/e2e-ai-sdk-tabs-planted.test.ts"], true), { ...e2eAiSdk, name: `${e2eAiSdk.name}, mutated`, own: true }],
 };
 
 /** Where a mutant's package lives: packages/<pkg>, or the kit's own directory. */
-const pkgDir = (/** @type {string} */ pkg) => (pkg === "conformance-e2e" ? pkg : `packages/${pkg}`);
+const pkgDir = (/** @type {string} */ pkg) =>
+  pkg === "conformance-e2e" || pkg === "conformance" ? pkg : pkg === "mock-provider" ? "apps/mock-provider" : pkg === "spec-reference" ? "spec/reference" : `packages/${pkg}`;
+/**
+ * Round P: packages whose mutants need no dist swapped: the ledger kit's (its own tests load its
+ * source; its dist bundles the vectors at build time) and the Python reference's (run from a copy).
+ */
+const NO_DIST = new Set(["conformance", "spec-reference"]);
 
 /** Built entries besides dist/index.js that a package's tests run (a bin): swapped for the mutant's bundle too. */
 const BINS = { cli: ["cli"], core: ["internal/index"] };
@@ -175,6 +219,7 @@ function ownConfig(/** @type {string} */ dir) {
 
 /** Runs one catcher; resolves to what it said. */
 function runCatcher(/** @type {Catcher} */ catcher, /** @type {object | undefined} */ mutant) {
+  if (catcher.python !== undefined) return runPython({ ...catcher, python: catcher.python }, /** @type {{ id: string; abs: string; find: string; replace: string; marker: string } | undefined} */ (mutant));
   const report = join(tmp, "report.json");
   rmSync(report, { force: true });
   const argv = [vitest, "run", "--bail=1", "--reporter=json", `--outputFile=${report}`];
@@ -216,6 +261,42 @@ function runCatcher(/** @type {Catcher} */ catcher, /** @type {object | undefine
   });
 }
 
+/**
+ * A Python catcher (round P): spec/ copied, the mutant's patch applied to the copy (never to the
+ * repository's file), each script run from the copy; unmutated, the copy is left as it is.
+ */
+function runPython(/** @type {Catcher & { python: string[] }} */ catcher, /** @type {{ id: string; abs: string; find: string; replace: string; marker: string } | undefined} */ mutant) {
+  const copy = join(tmp, `spec-${mutant?.id ?? "unmutated"}`);
+  rmSync(copy, { recursive: true, force: true });
+  cpSync(join(repo, "spec"), copy, { recursive: true });
+  if (mutant !== undefined) {
+    const target = join(copy, relative(join(repo, "spec"), mutant.abs));
+    const text = readFileSync(target, "utf8");
+    const at = text.indexOf(mutant.find);
+    if (at < 0 || text.indexOf(mutant.find, at + 1) >= 0) throw new Error(`mutant ${mutant.id}: its patch occurs ${at < 0 ? "nowhere" : "more than once"} in ${mutant.abs}`);
+    writeFileSync(target, text.slice(0, at) + mutant.replace + text.slice(at + mutant.find.length));
+    writeFileSync(mutant.marker, "applied\n");
+  }
+  const started = Date.now();
+  return new Promise((done) => {
+    const run = (/** @type {number} */ i) => {
+      if (i === catcher.python.length) return done({ verdict: "passed", seconds: Math.round((Date.now() - started) / 100) / 10 });
+      const script = catcher.python[i];
+      const child = spawn("python3", [join(copy, relative("spec", catcher.dir), script)], { cwd: repo, stdio: ["ignore", "pipe", "pipe"] });
+      let out = "";
+      child.stdout.on("data", (d) => (out = (out + d).slice(-4000)));
+      child.stderr.on("data", (d) => (out = (out + d).slice(-4000)));
+      child.on("exit", (code) => {
+        if (code === 0) return run(i + 1);
+        const lines = out.trim().split("\n").filter((l) => l.trim() !== "");
+        const failed = lines.find((l) => /FAIL|Error|assert/i.test(l)) ?? lines[lines.length - 1] ?? `exit ${code}`;
+        done({ verdict: "caught", test: `${catcher.dir}/${script} :: ${failed.slice(0, 300)}`, seconds: Math.round((Date.now() - started) / 100) / 10, file: script });
+      });
+    };
+    run(0);
+  });
+}
+
 const swapped = [];
 function restore() {
   // A mutant's chunk (SPLIT) has no original: removed.
@@ -238,19 +319,21 @@ for (const m of mutants) {
   const entries = [];
   /** @type {string[]} */
   let chunks = [];
-  if (SPLIT.has(m.pkg)) {
+  if (NO_DIST.has(m.pkg)) {
+    // Nothing built to swap: the catchers load the source (or a patched copy of it).
+  } else if (SPLIT.has(m.pkg)) {
     const split = await splitMutant(srcDir, ["index", ...(BINS[m.pkg] ?? [])], m.id.toLowerCase(), patch[0]);
     entries.push(...split.entries);
     chunks = split.chunks;
   }
-  for (const name of SPLIT.has(m.pkg) ? [] : ["index", ...(BINS[m.pkg] ?? [])]) {
+  for (const name of SPLIT.has(m.pkg) || NO_DIST.has(m.pkg) ? [] : ["index", ...(BINS[m.pkg] ?? [])]) {
     try {
       entries.push({ name, built: await mutatedEntry(join(srcDir, `${name}.ts`), `${m.id.toLowerCase()}-${name.replaceAll("/", "-")}`, patch) });
     } catch (error) {
       if (!String(error?.message).includes("is not part of")) throw error;
     }
   }
-  if (entries.length === 0) throw new Error(`mutant ${m.id}: ${m.file} is part of no built entry of ${pkgDir(m.pkg)}`);
+  if (entries.length === 0 && !NO_DIST.has(m.pkg)) throw new Error(`mutant ${m.id}: ${m.file} is part of no built entry of ${pkgDir(m.pkg)}`);
   const swaps = entries.map(({ name, built }) => ({ built, dist: join(repo, pkgDir(m.pkg), "dist", `${name}.js`), backup: join(tmp, `${m.pkg}.${name.replaceAll("/", "-")}.js.orig`) }));
   for (const { built, dist, backup } of swaps) {
     if (!existsSync(backup)) copyFileSync(dist, backup);
@@ -275,7 +358,7 @@ for (const m of mutants) {
   try {
     for (const catcher of chain) {
       const r = await runCatcher(catcher, { id: m.id, abs, find: m.find, replace: m.replace, marker });
-      if (catcher.own && !existsSync(marker)) throw new Error(`mutant ${m.id}: no test of ${pkgDir(m.pkg)} loaded ${m.file}`);
+      if ((catcher.own || catcher.python !== undefined) && !existsSync(marker)) throw new Error(`mutant ${m.id}: no test of ${pkgDir(m.pkg)} loaded ${m.file}`);
       entry.runs.push({ catcher: catcher.name, verdict: r.verdict, seconds: r.seconds });
       console.log(`${m.id} ${catcher.name}: ${r.verdict} (${r.seconds} s)${r.test ? ` — ${r.test}` : ""}`);
       if (r.verdict === "caught" && !firstOnly && r.file !== undefined) {

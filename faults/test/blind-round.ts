@@ -14,7 +14,19 @@ export function checkBlindRound(round: string): void {
   const mutants = JSON.parse(readFileSync(join(here, "mutants.json"), "utf8")) as { id: string; pkg: string; file: string; rule: string; find: string; replace: string }[];
   const results = JSON.parse(readFileSync(join(here, "results.json"), "utf8")) as Record<string, { caughtBy: string | null; file?: string; escaped?: { harmless: boolean; open?: boolean; catcher?: string; file?: string } }>;
   const rules = new Set((JSON.parse(readFileSync(join(repo, "spec", "rules.json"), "utf8")) as { id: string }[]).map((r) => r.id));
-  const catcherDir = (name: string) => (name.startsWith("packages/") ? name.split(" ")[0]! : name.startsWith("faults") ? "faults" : "conformance-e2e");
+  // A catcher's directory from its name (run.mjs's CHAINS): a package's or app's tests, faults/, the
+  // ledger kit's own tests (round P), the Python reference (round P), or the end-to-end kit.
+  const catcherDir = (name: string) =>
+    name.startsWith("packages/") || name.startsWith("apps/") || name.startsWith("spec/")
+      ? name.split(" ")[0]!
+      : name.startsWith("faults")
+        ? "faults"
+        : name.startsWith("conformance tests")
+          ? "conformance"
+          : "conformance-e2e";
+  // Where a mutant's package keeps the source it may patch (round P added the ledger kit, the mock provider and the Python reference).
+  const srcOf = (pkg: string) =>
+    pkg === "conformance-e2e" || pkg === "conformance" ? `${pkg}/src/` : pkg === "mock-provider" ? "apps/mock-provider/src/" : pkg === "spec-reference" ? "spec/reference/" : `packages/${pkg}/src/`;
 
   describe(`blind round ${round.toUpperCase()}'s mutants still apply and keep their verdicts`, () => {
     it.each(mutants.map((m) => [m.id, m] as const))("%s applies once to its source, names a rule and has a catcher", (_id, m) => {
@@ -23,7 +35,7 @@ export function checkBlindRound(round: string): void {
       expect(at, `${m.id}: its patch is nowhere in ${m.file} (the source moved on: rewrite the mutant)`).toBeGreaterThanOrEqual(0);
       expect(text.indexOf(m.find, at + 1), `${m.id}: its patch occurs more than once in ${m.file}`).toBe(-1);
       // The kit's own source (round N) is conformance-e2e/src; every package's, packages/<pkg>/src.
-      const src = m.pkg === "conformance-e2e" ? "conformance-e2e/src/" : `packages/${m.pkg}/src/`;
+      const src = srcOf(m.pkg);
       expect(m.file.startsWith(src), `${m.id}: ${m.file} is not in ${src}`).toBe(true);
       expect(m.replace).not.toBe(m.find);
       expect(rules.has(m.rule), `${m.id}: ${m.rule} is not a rule of spec/rules.json`).toBe(true);
