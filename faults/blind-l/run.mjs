@@ -300,8 +300,15 @@ function runPython(/** @type {Catcher & { python: string[] }} */ catcher, /** @t
 const swapped = [];
 function restore() {
   // A mutant's chunk (SPLIT) has no original: removed.
-  for (const { dist, backup } of swapped.splice(0)) if (backup === undefined) rmSync(dist, { force: true });
-  else copyFileSync(backup, dist);
+  // The original is put back and its copy removed: a copy kept across runs would put back a stale
+  // build after a rebuild (round P's --first, after a rebase, restored the builds of its first sweep).
+  for (const { dist, backup } of swapped.splice(0)) {
+    if (backup === undefined) rmSync(dist, { force: true });
+    else if (existsSync(backup)) {
+      copyFileSync(backup, dist);
+      rmSync(backup);
+    }
+  }
 }
 process.on("SIGINT", () => {
   restore();
