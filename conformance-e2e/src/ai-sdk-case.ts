@@ -28,7 +28,7 @@ import {
   type FaultSpec,
   type MockPaymentsServer,
 } from "@dispatch-once/mock-payments";
-import { stepCountIs, streamText, tool, wrapLanguageModel, type LanguageModel, type ModelMessage, type ToolSet } from "ai";
+import { defaultSettingsMiddleware, stepCountIs, streamText, tool, wrapLanguageModel, type LanguageModel, type ModelMessage, type ToolSet } from "ai";
 import { z } from "zod";
 import { APPROVAL_MARK, callsBeforeFollowUp, divergedStepsOf, followUpStepOf, messagesOf, stepsOf, type AiSdkChatPlan, type AiSdkCut, type AiSdkDeath, type AiSdkMessagePlan, type AiSdkScenario, type AiSdkSplice } from "./ai-sdk-scenario.js";
 import type { OracleViolation } from "./oracle.js";
@@ -130,10 +130,40 @@ export interface AiSdkAppOptions {
    * (`@ai-sdk/google`, the Gemini API) run against apps/mock-provider's routes, the model under
    * `providerToolsGuard()` too; every scenario kind is drawn there, splices included. Their
    * packages are optional peers: a run without the one it needs is refused, naming it.
+   * `"gemini-vertex"` is the Gemini API on Vertex AI (`@ai-sdk/google-vertex`, the mock's Vertex
+   * Gemini route) with what only Vertex AI sends: each call's arguments streamed (`partialArgs`),
+   * and thoughts, a gateway that strips the chunks' `responseId` and a splice inside a call's
+   * streamed arguments in a drawn share of cases (`vertex`).
    * @default "responses"
    * @example { modelApi: "chat" }
    */
   modelApi?: AiSdkModelApi;
+  /**
+   * On `modelApi: "gemini-vertex"`, what a case's app meets, pinned; each is drawn per scenario
+   * otherwise (from its plans, so a seed draws the same): thought parts (`includeThoughts`, one
+   * case in two), and a gateway between the app and Vertex AI that passes the chunks on without
+   * their `responseId` (one case in three). A case whose ids are stripped has its splices land
+   * inside a call's streamed arguments, the only place a reader of the stream can still see one.
+   * @default {} (each drawn per scenario)
+   * @example { modelApi: "gemini-vertex", vertex: { responseIdsStripped: true } }
+   */
+  vertex?: AiSdkVertexOptions;
+}
+
+/** What a case on Gemini on Vertex AI meets (AiSdkAppOptions.vertex); unset fields are drawn per scenario. */
+export interface AiSdkVertexOptions {
+  /**
+   * The app asks for thought parts (`thinkingConfig.includeThoughts`); they come first and ride back signed.
+   * @default drawn per scenario (one case in two)
+   * @example { thoughts: true }
+   */
+  thoughts?: boolean;
+  /**
+   * A gateway strips every chunk's `responseId` before the app's model reads it; the case's splices then land inside a call's streamed arguments.
+   * @default drawn per scenario (one case in three)
+   * @example { responseIdsStripped: true }
+   */
+  responseIdsStripped?: boolean;
 }
 
 /**
@@ -141,12 +171,16 @@ export interface AiSdkAppOptions {
  * apps/mock-openai), Amazon Bedrock's Converse (`@ai-sdk/amazon-bedrock`) and Google's Gemini
  * (`@ai-sdk/google`), both against apps/mock-provider's routes.
  */
-export const AI_SDK_MODEL_APIS = ["responses", "chat", "converse", "gemini"] as const;
+// "gemini-vertex", not "vertex": the wire API is Gemini's (the route's requests are the mock's
+// api "gemini"), and "vertex" already names Claude on Vertex AI, in the mock (its :rawPredict
+// route) and in this kit (provider anthropic's platform).
+export const AI_SDK_MODEL_APIS = ["responses", "chat", "converse", "gemini", "gemini-vertex"] as const;
 export type AiSdkModelApi = (typeof AI_SDK_MODEL_APIS)[number];
+type CloudModelApi = "converse" | "gemini" | "gemini-vertex";
 
 /** The routes of apps/mock-provider: the same scripts and faults as its Messages API, rendered in the cloud API's stream. */
-const CLOUD_APIS = new Set<AiSdkModelApi>(["converse", "gemini"]);
-export const isCloudModelApi = (api: AiSdkModelApi | undefined): api is "converse" | "gemini" => api !== undefined && CLOUD_APIS.has(api);
+const CLOUD_APIS = new Set<AiSdkModelApi>(["converse", "gemini", "gemini-vertex"]);
+export const isCloudModelApi = (api: AiSdkModelApi | undefined): api is CloudModelApi => api !== undefined && CLOUD_APIS.has(api);
 
 /**
  * The cloud providers' packages, imported when a run asks for their API (optional peers of the
@@ -155,14 +189,15 @@ export const isCloudModelApi = (api: AiSdkModelApi | undefined): api is "convers
  */
 // Typed without the packages' own types: this module's declarations ship with the package, and an
 // install without the optional peers must still type-check against them (pack-install's tsc).
-export const aiSdkCloudImports: { converse: () => Promise<unknown>; gemini: () => Promise<unknown> } = {
+export const aiSdkCloudImports: Record<CloudModelApi, () => Promise<unknown>> = {
   converse: async () => (await import("@ai-sdk/amazon-bedrock")).createAmazonBedrock,
   gemini: async () => (await import("@ai-sdk/google")).createGoogleGenerativeAI,
+  "gemini-vertex": async () => (await import("@ai-sdk/google-vertex")).createVertex,
 };
-const CLOUD_PACKAGES = { converse: "@ai-sdk/amazon-bedrock", gemini: "@ai-sdk/google" } as const;
+const CLOUD_PACKAGES = { converse: "@ai-sdk/amazon-bedrock", gemini: "@ai-sdk/google", "gemini-vertex": "@ai-sdk/google-vertex" } as const;
 
 /** Imports the cloud API's provider package; refused, naming it, when it is not installed (an optional peer). Checked before a run starts. */
-export async function requireCloudPackage(api: "converse" | "gemini"): Promise<unknown> {
+export async function requireCloudPackage(api: CloudModelApi): Promise<unknown> {
   try {
     return await aiSdkCloudImports[api]();
   } catch (error) {
@@ -174,8 +209,11 @@ export async function requireCloudPackage(api: "converse" | "gemini"): Promise<u
   }
 }
 
+type ProviderModel = Parameters<typeof wrapLanguageModel>[0]["model"];
+
 /** The cloud API's model at the mock's route, with credentials that need no network (Bedrock: static AWS keys, SigV4-signed). */
-async function cloudModel(api: "converse" | "gemini", mock: MockProvider): Promise<Parameters<typeof wrapLanguageModel>[0]["model"]> {
+async function cloudModel(api: CloudModelApi, mock: MockProvider, vertex: VertexDraw | undefined): Promise<ProviderModel> {
+  if (api === "gemini-vertex") return vertexModel(mock, vertex!);
   if (api === "converse") {
     const createAmazonBedrock = (await requireCloudPackage("converse")) as typeof import("@ai-sdk/amazon-bedrock").createAmazonBedrock;
     return createAmazonBedrock({ baseURL: mock.bedrockBaseURL, region: "us-east-1", accessKeyId: "AKIDEXAMPLE", secretAccessKey: "conformance" })("anthropic.claude-sonnet-4-5-20250929-v1:0");
@@ -183,6 +221,99 @@ async function cloudModel(api: "converse" | "gemini", mock: MockProvider): Promi
   const createGoogleGenerativeAI = (await requireCloudPackage("gemini")) as typeof import("@ai-sdk/google").createGoogleGenerativeAI;
   return createGoogleGenerativeAI({ baseURL: mock.geminiBaseURL, apiKey: "conformance" })("gemini-2.5-flash");
 }
+
+/** How one case meets Gemini on Vertex AI (AiSdkVertexOptions, drawn where not pinned). */
+interface VertexDraw {
+  thoughts: boolean;
+  responseIdsStripped: boolean;
+  /** Express mode (an API key in `x-goog-api-key`, `/v1/publishers/google/...`) rather than a project and an OAuth token. */
+  express: boolean;
+  /** Where the case's splices land: after a call completed (as on "gemini"), or inside the next call's streamed arguments. */
+  spliceInArgs: boolean;
+}
+
+/** A scenario's hash, salted per draw (FNV-1a over its plans, which carry no account: a seed and a replayed path draw the same). */
+function scenarioHash(scenario: AiSdkScenario, salt: string): number {
+  const text = salt + JSON.stringify(scenario);
+  let h = 0x811c9dc5;
+  for (let i = 0; i < text.length; i++) h = Math.imul(h ^ text.charCodeAt(i), 0x01000193) >>> 0;
+  return h;
+}
+
+/**
+ * A case's draw on Gemini on Vertex AI. A splice after a completed call whose chunks lost their
+ * `responseId` is not drawn: the spliced response's calls then follow the first's as more calls
+ * of one response, which no reader of the stream can tell (AISDK-16's limit, a splice made to look
+ * like one response); inside a call's streamed arguments the order of the parts still shows it.
+ */
+export function vertexDrawOf(scenario: AiSdkScenario, pinned: AiSdkVertexOptions = {}): VertexDraw {
+  const thoughts = pinned.thoughts ?? scenarioHash(scenario, "vertex thoughts:") % 2 === 0;
+  const responseIdsStripped = pinned.responseIdsStripped ?? scenarioHash(scenario, "vertex ids:") % 3 === 0;
+  const express = scenarioHash(scenario, "vertex auth:") % 4 === 0;
+  const spliceInArgs = responseIdsStripped || scenarioHash(scenario, "vertex splice:") % 2 === 0;
+  return { thoughts, responseIdsStripped, express, spliceInArgs };
+}
+
+/** What google-auth-library is given: a client that hands out a fixed token (none is fetched). */
+const VERTEX_AUTH_CLIENT = { getAccessToken: async () => ({ token: "ya29.conformance" }) };
+
+/**
+ * `@ai-sdk/google-vertex`'s model at the mock's Vertex Gemini route, asking for what only Vertex AI
+ * sends: streamed call arguments always (a Gemini 3 model), thoughts where drawn; behind a gateway
+ * that strips the chunks' `responseId` where drawn.
+ */
+async function vertexModel(mock: MockProvider, draw: VertexDraw): Promise<ProviderModel> {
+  const createVertex = (await requireCloudPackage("gemini-vertex")) as typeof import("@ai-sdk/google-vertex").createVertex;
+  const fetch = draw.responseIdsStripped ? withoutResponseIds : undefined;
+  const vertex = draw.express
+    ? createVertex({ apiKey: "AQ.conformance", baseURL: `${mock.url}/v1/publishers/google`, ...(fetch ? { fetch } : {}) })
+    : createVertex({
+        project: "conformance",
+        location: "us-central1",
+        baseURL: `${mock.url}/v1beta1/projects/conformance/locations/us-central1/publishers/google`,
+        googleAuthOptions: { authClient: VERTEX_AUTH_CLIENT as never },
+        ...(fetch ? { fetch } : {}),
+      });
+  const google = { streamFunctionCallArguments: true, ...(draw.thoughts ? { thinkingConfig: { includeThoughts: true, thinkingBudget: 1024 } } : {}) };
+  return wrapLanguageModel({ model: vertex("gemini-3-pro-preview") as ProviderModel, middleware: defaultSettingsMiddleware({ settings: { providerOptions: { google } } }) }) as ProviderModel;
+}
+
+/**
+ * A gateway between the app and Vertex AI that re-serialises each chunk without its `responseId`
+ * (the app's `fetch`: the mock's records keep what it sent). A line cut short by a fault is passed
+ * on as it came, its id taken out by its text.
+ */
+const withoutResponseIds: typeof fetch = async (input, init) => {
+  const response = await fetch(input, init);
+  if (response.body === null || !(response.headers.get("content-type") ?? "").includes("text/event-stream")) return response;
+  const strip = (line: string): string => {
+    if (!line.startsWith("data:")) return line;
+    // The route ends its lines with CRLF: the CR stays where it was.
+    const cr = line.endsWith("\r") ? "\r" : "";
+    try {
+      const chunk = JSON.parse(line.slice(5)) as unknown;
+      if (typeof chunk !== "object" || chunk === null || !("responseId" in chunk)) return line;
+      delete (chunk as Record<string, unknown>)["responseId"];
+      return `data: ${JSON.stringify(chunk)}${cr}`;
+    } catch {
+      return line.replace(/"responseId":"[^"]*",?/g, "");
+    }
+  };
+  let rest = "";
+  const body = response.body.pipeThrough(new TextDecoderStream()).pipeThrough(
+    new TransformStream<string, string>({
+      transform(text, controller) {
+        const lines = (rest + text).split("\n");
+        rest = lines.pop()!;
+        if (lines.length > 0) controller.enqueue(lines.map((l) => `${strip(l)}\n`).join(""));
+      },
+      flush(controller) {
+        if (rest !== "") controller.enqueue(strip(rest));
+      },
+    }),
+  );
+  return new Response(body.pipeThrough(new TextEncoderStream()), { status: response.status, statusText: response.statusText, headers: response.headers });
+};
 
 /** The app the AISDK rules describe: its model under the splice check (AISDK-16). */
 const guardedModel = (model: Parameters<typeof wrapLanguageModel>[0]["model"], middleware?: unknown, providerTools = false): LanguageModel =>
@@ -216,7 +347,7 @@ export interface AiSdkWorld {
    * `rerunDivergence`): then `diverged` are its responses.
    */
   /** Per message: its requests so far (`attempt`), and `regenerateFrom`, how many came before its regenerate's first. */
-  attempts: Map<string, { attempt: number; plan: AiSdkMessagePlan; diverging: boolean; diverged: ScriptedResponse[]; regenerateFrom?: number; spliced?: { attempt: number; afterCall: number; shape: AiSdkSplice["shape"]; regenerate: boolean } }>;
+  attempts: Map<string, { attempt: number; plan: AiSdkMessagePlan; diverging: boolean; diverged: ScriptedResponse[]; regenerateFrom?: number; spliceInArgs?: boolean; spliced?: { attempt: number; afterCall: number; shape: AiSdkSplice["shape"]; regenerate: boolean; inArgsOf?: number } }>;
   close(): Promise<void>;
 }
 
@@ -242,7 +373,8 @@ export async function startAiSdkWorld(modelApi: AiSdkModelApi = "responses"): Pr
         const planned = text === "" ? undefined : plannedFault(world, text, (steps) => messagesStepOf(request, steps));
         if (planned === undefined) return undefined;
         if (planned.kind === "splice") {
-          const at = { afterToolUseStop: planned.afterCall };
+          // Gemini on Vertex AI: inside a call's streamed arguments where the case draws it (after its first fragment).
+          const at = planned.inArgsOf !== undefined ? { toolUse: planned.inArgsOf, afterFragment: 1 } : { afterToolUseStop: planned.afterCall };
           if (planned.shape === "restart") return { kind: "splice", at, messageStart: true } satisfies ProviderFault;
           return planned.shape === "headless" ? { kind: "splice", at, messageStart: false, lead: SPLICE_LEAD } : { kind: "splice", at, messageStart: false };
         }
@@ -290,7 +422,7 @@ export async function startAiSdkWorld(modelApi: AiSdkModelApi = "responses"): Pr
 }
 
 /** What the plan puts on a request of a turn, whichever API renders it: a cut, a proxy's splice, or nothing. */
-type PlannedFault = { kind: "cut"; cut: AiSdkCut["cut"] } | { kind: "splice"; afterCall: number; shape: AiSdkSplice["shape"] };
+type PlannedFault = { kind: "cut"; cut: AiSdkCut["cut"] } | { kind: "splice"; afterCall: number; shape: AiSdkSplice["shape"]; inArgsOf?: number };
 
 /** The fault the plan puts on a request with this user text; `stepOfRequest` reads which scripted response is due. */
 function plannedFault(world: AiSdkWorld, text: string, stepOfRequest: (steps: readonly ScriptedResponse[]) => number): PlannedFault | undefined {
@@ -311,8 +443,10 @@ function plannedFault(world: AiSdkWorld, text: string, stepOfRequest: (steps: re
     const calls = callsOf(steps[0]);
     if (calls === 0) return undefined;
     const afterCall = splice.afterCall % calls;
-    at!.spliced = { attempt: at!.attempt, afterCall, shape: splice.shape, regenerate };
-    return { kind: "splice", afterCall, shape: splice.shape };
+    // Inside a call's streamed arguments (Gemini on Vertex AI, where drawn): the call after the one the plan names, or, that one being the last, itself.
+    const inArgsOf = at!.spliceInArgs === true ? Math.min(afterCall + 1, calls - 1) : undefined;
+    at!.spliced = { attempt: at!.attempt, afterCall, shape: splice.shape, regenerate, ...(inArgsOf !== undefined ? { inArgsOf } : {}) };
+    return { kind: "splice", afterCall, shape: splice.shape, ...(inArgsOf !== undefined ? { inArgsOf } : {}) };
   }
   const steps = stepsFor(world, text);
   const step = steps === undefined ? 0 : stepOfRequest(steps);
@@ -850,7 +984,11 @@ async function attempt(ctx: RunContext, chat: Chat, message: AiSdkMessagePlan, c
     count(ctx.log, `splices_${spliced.shape}`);
     if (spliced.regenerate) count(ctx.log, "regenerate_splices");
     const shape = spliced.shape === "restart" ? "with its own start" : spliced.shape === "headless" ? "without its start, led by a sentence" : "without its start and without a lead";
-    say(ctx.log, "proxy", `spliced into ${spliced.regenerate ? "the regenerate's " : ""}request ${state.attempt} of ${JSON.stringify(message.text)}, after its call ${spliced.afterCall} completed, the response to the request sent again ${shape} (AISDK-16)`);
+    if (spliced.inArgsOf !== undefined) count(ctx.log, "splices_in_streamed_args");
+    // Where spliceGuard() has only the streamed call's order to go by (AISDK-16).
+    if (ctx.vertex?.responseIdsStripped === true) count(ctx.log, "splices_ids_stripped");
+    const where = spliced.inArgsOf !== undefined ? `inside the streamed arguments of its call ${spliced.inArgsOf}` : `after its call ${spliced.afterCall} completed`;
+    say(ctx.log, "proxy", `spliced into ${spliced.regenerate ? "the regenerate's " : ""}request ${state.attempt} of ${JSON.stringify(message.text)}, ${where}, the response to the request sent again ${shape} (AISDK-16)`);
   }
   if (failed !== undefined) {
     say(ctx.log, "app", `${chat.name ?? chat.plan.id} request ${state.attempt} failed (${failed}); nothing kept`);
@@ -922,11 +1060,19 @@ function keepRequests(world: AiSdkWorld, log: CaseLog, contents: readonly string
     if (text === undefined || !contents.includes(text)) continue;
     log.requests.set(r.requestNumber, r);
     // Which API the route's model spoke (AiSdkAppOptions.modelApi): a run says what it certified.
-    count(log, r.api === "chat.completions" ? "chat_completions_requests" : r.api === "converse" ? "converse_requests" : r.api === "gemini" ? "gemini_requests" : "responses_requests");
+    count(log, r.api === "chat.completions" ? "chat_completions_requests" : r.api === "converse" ? "converse_requests" : r.api === "gemini" ? (isVertexGemini(r) ? "gemini_vertex_requests" : "gemini_requests") : "responses_requests");
+    if (r.api === "gemini" && isVertexGemini(r)) {
+      // What the request asked of Vertex AI: streamed call arguments (every one), thoughts (where drawn).
+      const body = r.body as { toolConfig?: { functionCallingConfig?: { streamFunctionCallArguments?: unknown } }; generationConfig?: { thinkingConfig?: { includeThoughts?: unknown } } } | null;
+      if (body?.toolConfig?.functionCallingConfig?.streamFunctionCallArguments === true) count(log, "vertex_streamed_args_requests");
+      if (body?.generationConfig?.thinkingConfig?.includeThoughts === true) count(log, "vertex_thoughts_requests");
+    }
   }
 }
 
 const isProviderRecord = (r: RequestRecord | ProviderRecord): r is ProviderRecord => "toolUses" in r;
+/** A request of the mock provider's Vertex Gemini route (its path), not of the Gemini API's. */
+const isVertexGemini = (r: RequestRecord | ProviderRecord) => isProviderRecord(r) && /\/publishers\/google\/models\//.test(r.path);
 
 /** A logged request's last user text; none for a body the mock refused (not a Responses request). */
 function userTextOf(r: RequestRecord | ProviderRecord): string | undefined {
@@ -1156,6 +1302,8 @@ interface RunContext {
   log: CaseLog;
   /** The route's model for a request, guarded or not (AiSdkAppOptions.spliceGuard). */
   model: (request: { trigger: "submit-message" | "regenerate-message" }) => LanguageModel;
+  /** On Gemini on Vertex AI, what the case drew (AiSdkAppOptions.vertex). */
+  vertex?: VertexDraw | undefined;
 }
 
 export interface AiSdkCaseRun {
@@ -1173,13 +1321,21 @@ export async function runAiSdkCase(world: AiSdkWorld, subject: LedgerSubject, sc
   const deaths: PlannedDeaths = { planned: new Map(), keys: new Map() };
   const { plans, attempts } = world;
   const contents: string[] = [];
+  const vertex = app.modelApi === "gemini-vertex" ? vertexDrawOf(scenario, app.vertex) : undefined;
+  if (vertex !== undefined) {
+    count(log, "vertex_cases");
+    if (vertex.thoughts) count(log, "vertex_thoughts_cases");
+    if (vertex.responseIdsStripped) count(log, "vertex_ids_stripped_cases");
+    if (vertex.express) count(log, "vertex_express_cases");
+    say(log, "app", `Gemini on Vertex AI (@ai-sdk/google-vertex, ${vertex.express ? "express mode, an API key" : "a project and an OAuth token"}): streamed call arguments${vertex.thoughts ? ", thoughts" : ""}${vertex.responseIdsStripped ? ", behind a gateway that strips each chunk's responseId" : ""}; splices ${vertex.spliceInArgs ? "inside a call's streamed arguments" : "after a completed call"}`);
+  }
   for (const chat of scenario.chats) {
     // Another tab's message (AiSdkChatPlan.tabs) is planned as the chat's own are: its own text, its own faults.
     for (const message of messagesOf(chat)) {
       const content = contentOf(account, chat.id, message.text);
       contents.push(content);
       plans.set(content, scripted(message, stepsOf(message)));
-      attempts.set(content, { attempt: 0, plan: message, diverging: false, diverged: scripted(message, divergedStepsOf(message)) });
+      attempts.set(content, { attempt: 0, plan: message, diverging: false, diverged: scripted(message, divergedStepsOf(message)), ...(vertex?.spliceInArgs ? { spliceInArgs: true } : {}) });
       [...message.calls, ...(message.followUp ?? [])].forEach((c, i) => {
         const fault = message.downstream[i];
         if (fault !== undefined) faults.set(planScope(chat.id, message.text, c.tool, c.args), fault);
@@ -1210,14 +1366,14 @@ export async function runAiSdkCase(world: AiSdkWorld, subject: LedgerSubject, sc
       throw new TypeError(`aiSdk.modelApi "${api}" needs a world started for it (startAiSdkWorld("${api}")), not one serving ${world.modelApi ?? "responses"}`);
     }
     const provider = isCloudModelApi(api)
-      ? await cloudModel(api, world.provider!)
+      ? await cloudModel(api, world.provider!, vertex)
       : api === "chat"
         ? createOpenAI({ baseURL: world.openai.baseURL, apiKey: "conformance" }).chat("gpt-conformance")
         : createOpenAI({ baseURL: world.openai.baseURL, apiKey: "conformance" }).responses("gpt-conformance");
     const guarded = guardedModel(provider, app.spliceMiddleware, isCloudModelApi(api));
     const guard = app.spliceGuard ?? true;
     const model = (request: { trigger: "submit-message" | "regenerate-message" }): LanguageModel => ((typeof guard === "function" ? guard(request) : guard) ? guarded : provider);
-    const ctx: RunContext = { world, account, log, model };
+    const ctx: RunContext = { world, account, log, model, vertex };
     await Promise.all(
       scenario.chats.map((chat) => {
         // A server process of the chat route: the app's tools and createOnceTools built in it, over its own ledger instance.

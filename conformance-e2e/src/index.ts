@@ -27,7 +27,7 @@ import { startWorld } from "./world.js";
 export { ANTHROPIC_PLATFORMS, PROVIDERS, RUNNER_PROVIDERS, anthropicPlatformOf, type AnthropicPlatform, type ProviderName, type RunnerProviderName, type CommittedCall, type CommittedResult, type TranscriptReader } from "./provider.js";
 export { scenarioArbitrary, faultFree, withClosingSearch, withoutDeferral, withoutSplices, type Scenario, type DeferredCall } from "./scenario.js";
 export { aiSdkScenarioArbitrary, messagesOf, withoutAiSdkSplices, withoutCrossTurnRepeats, withoutTabs, type AiSdkCrossTurnRepeat, type AiSdkTab, type AiSdkTabs, type AiSdkScenario, type AiSdkChatPlan, type AiSdkMessagePlan, type AiSdkCut, type AiSdkContinuation, type AiSdkRerunDivergence, type AiSdkSplice } from "./ai-sdk-scenario.js";
-export type { AiSdkAppOptions, AiSdkMessage, AiSdkRequest, AiSdkToolSet, AiSdkTurnTools, AiSdkWrapOptions } from "./ai-sdk-case.js";
+export type { AiSdkAppOptions, AiSdkMessage, AiSdkRequest, AiSdkToolSet, AiSdkTurnTools, AiSdkVertexOptions, AiSdkWrapOptions } from "./ai-sdk-case.js";
 export type { OracleViolation } from "./oracle.js";
 export type { DispatcherDefaults } from "./world.js";
 
@@ -184,6 +184,14 @@ export async function runEndToEnd(subject: LedgerSubject, options: EndToEndOptio
   if (provider === "ai-sdk") {
     const api = options.aiSdk?.modelApi;
     if (api !== undefined && !AI_SDK_MODEL_APIS.includes(api)) throw new TypeError(`aiSdk.modelApi must be one of ${AI_SDK_MODEL_APIS.map((a) => `"${a}"`).join(", ")}, got ${JSON.stringify(api)}`);
+    const vertex = options.aiSdk?.vertex;
+    if (vertex !== undefined) {
+      if (api !== "gemini-vertex") throw new TypeError(`aiSdk.vertex applies to aiSdk.modelApi "gemini-vertex" only, not ${JSON.stringify(api ?? "responses")}`);
+      for (const [field, value] of Object.entries(vertex)) {
+        if (field !== "thoughts" && field !== "responseIdsStripped") throw new TypeError(`aiSdk.vertex has no field ${JSON.stringify(field)} (thoughts, responseIdsStripped)`);
+        if (value !== undefined && typeof value !== "boolean") throw new TypeError(`aiSdk.vertex.${field} must be a boolean, got ${JSON.stringify(value)}`);
+      }
+    }
     if (isCloudModelApi(api)) await requireCloudPackage(api);
     const world = await startAiSdkWorld(api);
     try {
