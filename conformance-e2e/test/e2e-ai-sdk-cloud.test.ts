@@ -47,7 +47,7 @@ describe.each(["converse", "gemini"] as const)("end-to-end level on the Vercel A
 describe("aiSdk.modelApi", () => {
   it("a modelApi it does not know is refused, not run as the default", async () => {
     await expect(runEndToEnd(memoryLedgerSubject(), { provider: "ai-sdk", aiSdk: { modelApi: "Gemini" as "gemini" }, runs: 1 })).rejects.toThrow(
-      /aiSdk.modelApi must be one of "responses", "chat", "converse", "gemini", got "Gemini"/,
+      /aiSdk.modelApi must be one of "responses", "chat", "converse", "gemini", "gemini-vertex", got "Gemini"/,
     );
   });
 });
