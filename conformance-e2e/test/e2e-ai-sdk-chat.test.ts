@@ -44,6 +44,6 @@ describe("end-to-end level on the Vercel AI SDK over a Chat Completions model (p
   });
 
   it("a modelApi it does not know is refused, not run as the default", async () => {
-    await expect(runEndToEnd(memoryLedgerSubject(), { provider: "ai-sdk", aiSdk: { modelApi: "Chat" as "chat" }, runs: 1 })).rejects.toThrow(/aiSdk.modelApi must be one of "responses", "chat", "converse", "gemini", got "Chat"/);
+    await expect(runEndToEnd(memoryLedgerSubject(), { provider: "ai-sdk", aiSdk: { modelApi: "Chat" as "chat" }, runs: 1 })).rejects.toThrow(/aiSdk.modelApi must be one of "responses", "chat", "converse", "gemini", "gemini-vertex", got "Chat"/);
   });
 });
