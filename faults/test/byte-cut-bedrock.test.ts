@@ -1,11 +1,9 @@
 import { AnthropicBedrock } from "@anthropic-ai/bedrock-sdk";
 import { ConversationRunner } from "@dispatch-once/anthropic";
-import { startMockPayments, type MockPaymentsServer } from "@dispatch-once/mock-payments";
-import { scriptFromPlans, startMockProvider, toolUse, turn, type MockProvider } from "@dispatch-once/mock-provider";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { PAY_ZOE, SEED, bodyText, cutCases, cutDelivery, cutPoints, eventStreamFrames, rechunkCases, runAll } from "./byte-cut-cases.js";
-import { startByteProxy, type ByteProxy } from "./byte-proxy.js";
+import { describe, expect, it } from "vitest";
+import { SEED, cutCases, cutDelivery, cutPoints, eventStreamFrames, rechunkCases, runAll, bodyText } from "./byte-cut-cases.js";
 import { runnerCases, type RunnerSide } from "./byte-cut-runner.js";
+import { PROMPT, byteCutWorld } from "./byte-cut-world.js";
 
 /*
  * Claude on Amazon Bedrock (ConversationRunner over AnthropicBedrock's messages.create({ stream: true }),
@@ -18,21 +16,7 @@ import { runnerCases, type RunnerSide } from "./byte-cut-runner.js";
  * See README "Byte-level cuts".
  */
 
-const PROMPT = "pay Zoë";
-let provider: MockProvider;
-let proxy: ByteProxy;
-let payments: MockPaymentsServer;
-
-beforeAll(async () => {
-  provider = await startMockProvider({ seed: "byte-cut-bedrock", script: scriptFromPlans({ [PROMPT]: turn(toolUse("send_payment", PAY_ZOE)) }) });
-  proxy = await startByteProxy(provider.bedrockBaseURL);
-  payments = await startMockPayments({ latencyMs: 0 });
-});
-afterAll(async () => {
-  await proxy?.close();
-  await provider?.close();
-  await payments?.close();
-});
+const world = byteCutWorld("byte-cut-bedrock", (p) => p.bedrockBaseURL);
 
 type Block = { type: string; id?: string; input?: unknown; tool_use_id?: string; content?: unknown };
 const blocksOf = (log: unknown[]) => log.flatMap((m) => (Array.isArray((m as { content?: unknown }).content) ? (m as { content: Block[] }).content : []));
@@ -45,7 +29,7 @@ const bedrock: RunnerSide = {
   runner: ({ caseId, tools, dispatcher, store, onEvent }) =>
     new ConversationRunner({
       // The proxy tells the cases apart by this header (signed along with the others; the mock does not verify SigV4).
-      client: new AnthropicBedrock({ baseURL: proxy.baseURL, awsRegion: "us-east-1", awsAccessKey: "AKIDEXAMPLE", awsSecretKey: "test-secret", maxRetries: 0, defaultHeaders: { "x-byte-case": caseId } }),
+      client: new AnthropicBedrock({ baseURL: world.proxy.baseURL, awsRegion: "us-east-1", awsAccessKey: "AKIDEXAMPLE", awsSecretKey: "test-secret", maxRetries: 0, defaultHeaders: { "x-byte-case": caseId } }),
       dispatcher,
       store,
       model: "claude-test",
@@ -62,7 +46,7 @@ const bedrock: RunnerSide = {
   },
 };
 
-const { runCase, referenceBody, cutEveryAttemptThenResend } = runnerCases(bedrock, { proxy: () => proxy, payments: () => payments });
+const { runCase, referenceBody, cutEveryAttemptThenResend } = runnerCases(bedrock, { proxy: () => world.proxy, payments: () => world.payments });
 
 describe(`byte-level cuts of Claude on Amazon Bedrock's event stream, AnthropicBedrock messages.create({ stream: true }) (seed ${SEED})`, () => {
   it("the reference body is an event stream of one frame per Messages event, in the order the harness names them", async () => {
@@ -77,8 +61,8 @@ describe(`byte-level cuts of Claude on Amazon Bedrock's event stream, AnthropicB
     const told: Record<number, string> = {};
     for (const delta of [0, 1, 2, 3, 4, 11, stop.end - stop.start - 1, stop.end - stop.start]) {
       const caseId = `sdk-fin-${delta}`;
-      proxy.plan(caseId, (_request, body) => cutDelivery(body, eventStreamFrames(body).find((f) => f.name === "message_stop")!.start + delta, "fin"));
-      const client = new AnthropicBedrock({ baseURL: proxy.baseURL, awsRegion: "us-east-1", awsAccessKey: "AKIDEXAMPLE", awsSecretKey: "test-secret", maxRetries: 0, defaultHeaders: { "x-byte-case": caseId } });
+      world.proxy.plan(caseId, (_request, body) => cutDelivery(body, eventStreamFrames(body).find((f) => f.name === "message_stop")!.start + delta, "fin"));
+      const client = new AnthropicBedrock({ baseURL: world.proxy.baseURL, awsRegion: "us-east-1", awsAccessKey: "AKIDEXAMPLE", awsSecretKey: "test-secret", maxRetries: 0, defaultHeaders: { "x-byte-case": caseId } });
       const seen: string[] = [];
       try {
         const tools = [{ name: "send_payment", description: "Send a payment", input_schema: { type: "object" as const } }];
@@ -125,6 +109,6 @@ describe(`byte-level cuts of Claude on Amazon Bedrock's event stream, AnthropicB
     const cases = rechunkCases("chunks", SEED, 3, { crlf: false });
     await runAll(cases, runCase);
     // Nothing was cut, so nothing was retried: each case's turn took its first response.
-    for (const c of cases) expect(proxy.requests.filter((r) => r.caseId === c.id).map((r) => r.number), c.label).toEqual([1, 2]);
+    for (const c of cases) expect(world.proxy.requests.filter((r) => r.caseId === c.id).map((r) => r.number), c.label).toEqual([1, 2]);
   });
 });

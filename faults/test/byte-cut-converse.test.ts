@@ -1,12 +1,9 @@
 import { createAmazonBedrock } from "@ai-sdk/amazon-bedrock";
 import { boundedFetch, providerToolsGuard, spliceGuard } from "@dispatch-once/ai-sdk";
-import { startMockPayments, type MockPaymentsServer } from "@dispatch-once/mock-payments";
-import { scriptFromPlans, startMockProvider, toolUse, turn, type MockProvider } from "@dispatch-once/mock-provider";
 import { wrapLanguageModel } from "ai";
-import { afterAll, beforeAll } from "vitest";
 import { aiSdkSuite, type AiSdkSide } from "./byte-cut-ai-sdk-app.js";
-import { PAY_ZOE, bodyText } from "./byte-cut-cases.js";
-import { startByteProxy, type ByteProxy } from "./byte-proxy.js";
+import { bodyText } from "./byte-cut-cases.js";
+import { PROMPT, byteCutWorld } from "./byte-cut-world.js";
 
 /*
  * The AI SDK side over Amazon Bedrock's Converse API (`@ai-sdk/amazon-bedrock` 4.0.186,
@@ -20,21 +17,7 @@ import { startByteProxy, type ByteProxy } from "./byte-proxy.js";
  * See README "Byte-level cuts".
  */
 
-const PROMPT = "pay Zoë";
-let provider: MockProvider;
-let proxy: ByteProxy;
-let payments: MockPaymentsServer;
-
-beforeAll(async () => {
-  provider = await startMockProvider({ seed: "byte-cut-converse", script: scriptFromPlans({ [PROMPT]: turn(toolUse("send_payment", PAY_ZOE)) }) });
-  proxy = await startByteProxy(provider.bedrockBaseURL);
-  payments = await startMockPayments({ latencyMs: 0 });
-});
-afterAll(async () => {
-  await proxy?.close();
-  await provider?.close();
-  await payments?.close();
-});
+const world = byteCutWorld("byte-cut-converse", (p) => p.bedrockBaseURL);
 
 type Model = Parameters<typeof wrapLanguageModel>[0]["model"];
 
@@ -44,14 +27,14 @@ const converse: AiSdkSide = {
   model: (caseId) =>
     wrapLanguageModel({
       // The proxy tells the cases apart by this header (signed with the rest; the mock does not verify SigV4); boundedFetch ends a silent stream (AISDK-13).
-      model: createAmazonBedrock({ baseURL: proxy.baseURL, region: "us-east-1", accessKeyId: "AKIDEXAMPLE", secretAccessKey: "test-secret", headers: { "x-byte-case": caseId }, fetch: boundedFetch({ idleMs: 30_000 }) })("claude-test") as Model,
+      model: createAmazonBedrock({ baseURL: world.proxy.baseURL, region: "us-east-1", accessKeyId: "AKIDEXAMPLE", secretAccessKey: "test-secret", headers: { "x-byte-case": caseId }, fetch: boundedFetch({ idleMs: 30_000 }) })("claude-test") as Model,
       middleware: [providerToolsGuard(), spliceGuard()],
     }),
   idsIn: (body) => [...bodyText(body).matchAll(/"toolUseId":"([^"]+)"/g)].map((m) => m[1]!),
   // Converse's messages carry the call's result as a toolResult block.
   isPaying: (requestBody) => !JSON.stringify(requestBody).includes('"toolResult"'),
-  proxy: () => proxy,
-  payments: () => payments,
+  proxy: () => world.proxy,
+  payments: () => world.payments,
 };
 
 aiSdkSuite("byte-level cuts of streamText over @ai-sdk/amazon-bedrock's Converse model (event stream), tools from createOnceTools", converse, {

@@ -1,12 +1,9 @@
 import { createGoogleGenerativeAI } from "@ai-sdk/google";
 import { boundedFetch, providerToolsGuard, spliceGuard } from "@dispatch-once/ai-sdk";
-import { startMockPayments, type MockPaymentsServer } from "@dispatch-once/mock-payments";
-import { scriptFromPlans, startMockProvider, toolUse, turn, type MockProvider } from "@dispatch-once/mock-provider";
 import { wrapLanguageModel } from "ai";
-import { afterAll, beforeAll } from "vitest";
 import { aiSdkSuite, type AiSdkSide } from "./byte-cut-ai-sdk-app.js";
-import { PAY_ZOE, dataEvent } from "./byte-cut-cases.js";
-import { startByteProxy, type ByteProxy } from "./byte-proxy.js";
+import { dataEvent } from "./byte-cut-cases.js";
+import { PROMPT, byteCutWorld } from "./byte-cut-world.js";
 
 /*
  * The AI SDK side over Google's Gemini API (`@ai-sdk/google` 3.0.129, `:streamGenerateContent?alt=sse`),
@@ -18,23 +15,9 @@ import { startByteProxy, type ByteProxy } from "./byte-proxy.js";
  * See README "Byte-level cuts".
  */
 
-const PROMPT = "pay Zoë";
 const CALL = dataEvent('"functionCall"');
 const FINISH = dataEvent('"finishReason"');
-let provider: MockProvider;
-let proxy: ByteProxy;
-let payments: MockPaymentsServer;
-
-beforeAll(async () => {
-  provider = await startMockProvider({ seed: "byte-cut-gemini", script: scriptFromPlans({ [PROMPT]: turn(toolUse("send_payment", PAY_ZOE)) }) });
-  proxy = await startByteProxy(provider.geminiBaseURL);
-  payments = await startMockPayments({ latencyMs: 0 });
-});
-afterAll(async () => {
-  await proxy?.close();
-  await provider?.close();
-  await payments?.close();
-});
+const world = byteCutWorld("byte-cut-gemini", (p) => p.geminiBaseURL);
 
 type Model = Parameters<typeof wrapLanguageModel>[0]["model"];
 
@@ -44,15 +27,15 @@ const gemini: AiSdkSide = {
   model: (caseId) =>
     wrapLanguageModel({
       // The proxy tells the cases apart by this header; boundedFetch ends a silent stream (AISDK-13).
-      model: createGoogleGenerativeAI({ baseURL: proxy.baseURL, apiKey: "AIzaSyExampleKey", headers: { "x-byte-case": caseId }, fetch: boundedFetch({ idleMs: 30_000 }) })("gemini-2.5-flash") as Model,
+      model: createGoogleGenerativeAI({ baseURL: world.proxy.baseURL, apiKey: "AIzaSyExampleKey", headers: { "x-byte-case": caseId }, fetch: boundedFetch({ idleMs: 30_000 }) })("gemini-2.5-flash") as Model,
       middleware: [providerToolsGuard(), spliceGuard()],
     }),
   // The call's id (the AI SDK's toolCallId) and the response's.
   idsIn: (body) => [...body.toString("utf8").matchAll(/"(?:id|responseId)":"([^"]+)"/g)].map((m) => m[1]!),
   // Gemini's contents carry the call's result as a functionResponse part.
   isPaying: (requestBody) => !JSON.stringify(requestBody).includes('"functionResponse"'),
-  proxy: () => proxy,
-  payments: () => payments,
+  proxy: () => world.proxy,
+  payments: () => world.payments,
 };
 
 aiSdkSuite("byte-level cuts of streamText over @ai-sdk/google's Gemini model (SSE data lines), tools from createOnceTools", gemini, {

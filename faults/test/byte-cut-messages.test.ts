@@ -1,11 +1,9 @@
 import Anthropic from "@anthropic-ai/sdk";
 import { ConversationRunner } from "@dispatch-once/anthropic";
-import { startMockPayments, type MockPaymentsServer } from "@dispatch-once/mock-payments";
-import { scriptFromPlans, startMockProvider, toolUse, turn, type MockProvider } from "@dispatch-once/mock-provider";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { PAY_ZOE, SEED, crlf, cutCases, cutPoints, rechunkCases, runAll } from "./byte-cut-cases.js";
-import { startByteProxy, type ByteProxy } from "./byte-proxy.js";
+import { describe, expect, it } from "vitest";
+import { SEED, crlf, cutCases, cutPoints, rechunkCases, runAll } from "./byte-cut-cases.js";
 import { runnerCases, type RunnerSide } from "./byte-cut-runner.js";
+import { PROMPT, byteCutWorld } from "./byte-cut-world.js";
 
 /*
  * The Messages API side (ConversationRunner over messages.create({ stream: true })) behind the
@@ -15,21 +13,7 @@ import { runnerCases, type RunnerSide } from "./byte-cut-runner.js";
  * See README "Byte-level cuts".
  */
 
-const PROMPT = "pay Zoë";
-let provider: MockProvider;
-let proxy: ByteProxy;
-let payments: MockPaymentsServer;
-
-beforeAll(async () => {
-  provider = await startMockProvider({ seed: "byte-cut", script: scriptFromPlans({ [PROMPT]: turn(toolUse("send_payment", PAY_ZOE)) }) });
-  proxy = await startByteProxy(provider.baseURL);
-  payments = await startMockPayments({ latencyMs: 0 });
-});
-afterAll(async () => {
-  await proxy?.close();
-  await provider?.close();
-  await payments?.close();
-});
+const world = byteCutWorld("byte-cut", (p) => p.baseURL);
 
 type Block = { type: string; id?: string; input?: unknown; tool_use_id?: string; content?: unknown };
 const blocksOf = (log: unknown[]) => log.flatMap((m) => (Array.isArray((m as { content?: unknown }).content) ? (m as { content: Block[] }).content : []));
@@ -41,7 +25,7 @@ const messages: RunnerSide = {
   runner: ({ caseId, tools, dispatcher, store, onEvent }) =>
     new ConversationRunner({
       // The proxy tells the cases apart by this header.
-      client: new Anthropic({ baseURL: proxy.baseURL, apiKey: "test-key", maxRetries: 0, defaultHeaders: { "x-byte-case": caseId } }),
+      client: new Anthropic({ baseURL: world.proxy.baseURL, apiKey: "test-key", maxRetries: 0, defaultHeaders: { "x-byte-case": caseId } }),
       dispatcher,
       store,
       model: "claude-test",
@@ -58,7 +42,7 @@ const messages: RunnerSide = {
   },
 };
 
-const { runCase, referenceBody, cutEveryAttemptThenResend } = runnerCases(messages, { proxy: () => proxy, payments: () => payments });
+const { runCase, referenceBody, cutEveryAttemptThenResend } = runnerCases(messages, { proxy: () => world.proxy, payments: () => world.payments });
 
 describe(`byte-level cuts of the Messages stream, messages.create({ stream: true }) (seed ${SEED})`, () => {
   it("STREAM-1 STREAM-8 STREAM-11 RECORD-8 a cut on any byte around the call's completion and the finish, inside UTF-8, or elsewhere, by FIN or RST: one payment with its exact arguments, nothing of a cut response committed, records true", async () => {
@@ -89,6 +73,6 @@ describe(`byte-level cuts of the Messages stream, messages.create({ stream: true
     const cases = rechunkCases("chunks", SEED, 3);
     await runAll(cases, runCase);
     // Nothing was cut, so nothing was retried: each case's turn took its first response.
-    for (const c of cases) expect(proxy.requests.filter((r) => r.caseId === c.id).map((r) => r.number), c.label).toEqual([1, 2]);
+    for (const c of cases) expect(world.proxy.requests.filter((r) => r.caseId === c.id).map((r) => r.number), c.label).toEqual([1, 2]);
   });
 });

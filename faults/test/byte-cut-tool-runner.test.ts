@@ -2,12 +2,11 @@ import Anthropic from "@anthropic-ai/sdk";
 import { betaZodTool } from "@anthropic-ai/sdk/helpers/beta/zod";
 import { createOnceToolRunner, dispatchOnceOf, rerunMessagesOf, type OnceToolCall } from "@dispatch-once/anthropic";
 import { MemoryLedger, ToolError } from "@dispatch-once/core";
-import { DISPOSITION_BY_OUTCOME, PaymentsError, createPaymentsClient, startMockPayments, type MockPaymentsServer } from "@dispatch-once/mock-payments";
-import { scriptFromPlans, startMockProvider, toolUse, turn, type MockProvider } from "@dispatch-once/mock-provider";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { DISPOSITION_BY_OUTCOME, PaymentsError, createPaymentsClient } from "@dispatch-once/mock-payments";
+import { describe, expect, it } from "vitest";
 import { z } from "zod";
 import { PAY_ZOE, SEED, cutCases, cutPoints, rechunkCases, responseFate, runAll, type ByteCase } from "./byte-cut-cases.js";
-import { startByteProxy, type ByteProxy } from "./byte-proxy.js";
+import { PROMPT, byteCutWorld } from "./byte-cut-world.js";
 
 /*
  * The SDK's own tool runner through Dispatch-Once (createOnceToolRunner; toolRunner({ stream: true })
@@ -17,21 +16,7 @@ import { startByteProxy, type ByteProxy } from "./byte-proxy.js";
  * from rerunMessagesOf(runner) (ATR-1), until it finishes. See README "Byte-level cuts".
  */
 
-const PROMPT = "pay Zoë";
-let provider: MockProvider;
-let proxy: ByteProxy;
-let payments: MockPaymentsServer;
-
-beforeAll(async () => {
-  provider = await startMockProvider({ seed: "byte-cut-atr", script: scriptFromPlans({ [PROMPT]: turn(toolUse("send_payment", PAY_ZOE)) }) });
-  proxy = await startByteProxy(provider.baseURL);
-  payments = await startMockPayments({ latencyMs: 0 });
-});
-afterAll(async () => {
-  await proxy?.close();
-  await provider?.close();
-  await payments?.close();
-});
+const world = byteCutWorld("byte-cut-atr", (p) => p.baseURL);
 
 type Message = Anthropic.Beta.Messages.BetaMessageParam;
 type Block = { type: string; id?: string; input?: unknown; tool_use_id?: string; content?: unknown };
@@ -45,8 +30,8 @@ const THREADS: Mode = {};
 
 async function runCase({ id: caseId, plan }: ByteCase, mode: Mode = FULL_HISTORY): Promise<string | undefined> {
   const account = `acct_${caseId}`;
-  proxy.plan(caseId, ({ number }, body) => plan(number, body));
-  const client = createPaymentsClient({ baseURL: payments.url, token: account });
+  world.proxy.plan(caseId, ({ number }, body) => plan(number, body));
+  const client = createPaymentsClient({ baseURL: world.payments.url, token: account });
   const sendPayment = betaZodTool({
     name: "send_payment",
     description: "Send a payment to a payee",
@@ -68,7 +53,7 @@ async function runCase({ id: caseId, plan }: ByteCase, mode: Mode = FULL_HISTORY
     identity: { send_payment: ["payee", "amount", "currency", "reference"] },
     dispatcher: { waitMs: 10_000, pollMs: 2 },
   });
-  const anthropic = new Anthropic({ baseURL: proxy.baseURL, apiKey: "test-key", maxRetries: 0, defaultHeaders: { "x-byte-case": caseId } });
+  const anthropic = new Anthropic({ baseURL: world.proxy.baseURL, apiKey: "test-key", maxRetries: 0, defaultHeaders: { "x-byte-case": caseId } });
   let messages: Message[] = [{ role: "user", content: PROMPT }];
   const told: OnceToolCall[] = [];
   let finished: Message[] | undefined;
@@ -82,11 +67,11 @@ async function runCase({ id: caseId, plan }: ByteCase, mode: Mode = FULL_HISTORY
     }
     told.push(...once.callsOf(runner).values());
   }
-  const requests = proxy.requests.filter((r) => r.caseId === caseId);
+  const requests = world.proxy.requests.filter((r) => r.caseId === caseId);
   const where = () => `requests ${requests.map((r) => `#${r.number} ${r.sent}/${r.body.length} ${r.end} (${responseFate(r, "message_stop")})`).join(", ")}`;
   try {
     expect(finished, "the loop never finished in 4 runs").toBeDefined();
-    const made = payments.effects().filter((e) => e.account === account && e.kind === "payment_created");
+    const made = world.payments.effects().filter((e) => e.account === account && e.kind === "payment_created");
     expect(made.map((e) => e.payload)).toEqual([PAY_ZOE]);
     const paidKey = made[0]!.idempotencyKey!;
     // The loop's messages hold one call with its one result, of a reply the client got whole.
@@ -115,7 +100,7 @@ async function runCase({ id: caseId, plan }: ByteCase, mode: Mode = FULL_HISTORY
 
 async function referenceBody(): Promise<Buffer> {
   expect(await runCase({ id: "reference", label: "whole", plan: () => undefined })).toBeUndefined();
-  return proxy.requests.find((r) => r.caseId === "reference" && r.number === 1)!.body;
+  return world.proxy.requests.find((r) => r.caseId === "reference" && r.number === 1)!.body;
 }
 
 describe(`byte-level cuts of the SDK's tool runner, messages.stream() (seed ${SEED})`, () => {
@@ -146,7 +131,7 @@ describe(`byte-level cuts of the SDK's tool runner, messages.stream() (seed ${SE
     const cases = cutCases("threads", points, { rstEvery: 3 });
     await runAll(cases, (c) => runCase(c, THREADS));
     // The requests were of the mode: each carries its thread, and the loop continued threads.
-    const threads = proxy.requests.filter((r) => cases.some((c) => c.id === r.caseId)).map((r) => (r.requestBody as { thread?: { type: string } }).thread?.type);
+    const threads = world.proxy.requests.filter((r) => cases.some((c) => c.id === r.caseId)).map((r) => (r.requestBody as { thread?: { type: string } }).thread?.type);
     expect(threads.every((t) => t !== undefined)).toBe(true);
     expect(threads).toContain("continue");
   });
@@ -155,6 +140,6 @@ describe(`byte-level cuts of the SDK's tool runner, messages.stream() (seed ${SE
     // 1 byte a write goes through the same SDK parser in the ConversationRunner's cases (about 1 s of CPU a case here).
     const cases = rechunkCases("chunks", SEED, 2).filter((c) => !c.label.startsWith("1 byte"));
     await runAll(cases, runCase);
-    for (const c of cases) expect(proxy.requests.filter((r) => r.caseId === c.id).map((r) => r.number), c.label).toEqual([1, 2]);
+    for (const c of cases) expect(world.proxy.requests.filter((r) => r.caseId === c.id).map((r) => r.number), c.label).toEqual([1, 2]);
   });
 });

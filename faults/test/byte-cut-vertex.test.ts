@@ -1,12 +1,9 @@
 import { createVertex } from "@ai-sdk/google-vertex";
 import { boundedFetch, providerToolsGuard, spliceGuard } from "@dispatch-once/ai-sdk";
-import { startMockPayments, type MockPaymentsServer } from "@dispatch-once/mock-payments";
-import { scriptFromPlans, startMockProvider, toolUse, turn, type MockProvider } from "@dispatch-once/mock-provider";
 import { defaultSettingsMiddleware, wrapLanguageModel } from "ai";
-import { afterAll, beforeAll } from "vitest";
 import { aiSdkSuite, type AiSdkSide } from "./byte-cut-ai-sdk-app.js";
-import { PAY_ZOE, dataEvent } from "./byte-cut-cases.js";
-import { startByteProxy, type ByteProxy } from "./byte-proxy.js";
+import { dataEvent } from "./byte-cut-cases.js";
+import { PROMPT, byteCutWorld } from "./byte-cut-world.js";
 
 /*
  * The AI SDK side over Gemini on Vertex AI (`@ai-sdk/google-vertex` 4.0.208, which runs
@@ -21,30 +18,16 @@ import { startByteProxy, type ByteProxy } from "./byte-proxy.js";
  * the `finishReason`. See README "Byte-level cuts".
  */
 
-const PROMPT = "pay Zoë";
 const CALL_DONE = dataEvent('"functionCall":{}');
 const FINISH = dataEvent('"finishReason"');
 const VERTEX_HOST = "https://us-central1-aiplatform.googleapis.com";
-let provider: MockProvider;
-let proxy: ByteProxy;
-let payments: MockPaymentsServer;
-
-beforeAll(async () => {
-  provider = await startMockProvider({ seed: "byte-cut-vertex", script: scriptFromPlans({ [PROMPT]: turn(toolUse("send_payment", PAY_ZOE)) }) });
-  proxy = await startByteProxy(provider.url);
-  payments = await startMockPayments({ latencyMs: 0 });
-});
-afterAll(async () => {
-  await proxy?.close();
-  await provider?.close();
-  await payments?.close();
-});
+const world = byteCutWorld("byte-cut-vertex", (p) => p.url);
 
 /** Sends Vertex AI's host to the proxy, and nothing anywhere else. */
 const toProxy: typeof fetch = async (input, init) => {
   const url = input instanceof Request ? input.url : String(input);
   if (!url.startsWith(`${VERTEX_HOST}/`)) throw new Error(`this test sends nothing but to Vertex AI's host (the proxy), not to ${url}`);
-  return fetch(`${proxy.baseURL}${url.slice(VERTEX_HOST.length)}`, init);
+  return fetch(`${world.proxy.baseURL}${url.slice(VERTEX_HOST.length)}`, init);
 };
 const authClient = { getAccessToken: async () => ({ token: "ya29.mock-token" }) };
 type Model = Parameters<typeof wrapLanguageModel>[0]["model"];
@@ -62,8 +45,8 @@ const vertex: AiSdkSide = {
     }),
   idsIn: (body) => [...body.toString("utf8").matchAll(/"(?:id|responseId)":"([^"]+)"/g)].map((m) => m[1]!),
   isPaying: (requestBody) => !JSON.stringify(requestBody).includes('"functionResponse"'),
-  proxy: () => proxy,
-  payments: () => payments,
+  proxy: () => world.proxy,
+  payments: () => world.payments,
 };
 
 aiSdkSuite("byte-level cuts of streamText over @ai-sdk/google-vertex's Gemini model with streamed call arguments (SSE data lines), tools from createOnceTools", vertex, {
