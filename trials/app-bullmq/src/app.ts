@@ -1,0 +1,76 @@
+// The worker's assistant: ConversationRunner (packages/anthropic README, "Adopting it") over
+// @anthropic-ai/sdk, a Redis ledger (packages/ledger-redis) and a PostgreSQL conversation store
+// (packages/conversation-postgres). What the user is told comes from the runner's records and typed
+// errors, as the README's handleUserMessage does.
+import Anthropic from "@anthropic-ai/sdk";
+import pg from "pg";
+import { Dispatcher, StoreUnavailableError, UnguardedDispatcher, effectOf, isDispatchOnceError } from "@dispatch-once/core";
+import { ConversationRunner, TurnFailedError } from "@dispatch-once/anthropic";
+import { PostgresConversationStore } from "@dispatch-once/conversation-postgres";
+import { createRedisLedger } from "@dispatch-once/ledger-redis";
+import { tools } from "./tools.js";
+
+export interface Effect { name: string; key: string; effect: string; input?: unknown }
+export type Reply =
+  | { status: "answered"; text: string; fromStore: boolean; calls: { name: string; key: string | undefined; result?: unknown; error?: string }[]; untold: Effect[] }
+  | { status: "failed"; text: string; effects: Effect[]; retryable: boolean; cause: string }
+  | { status: "unsaved"; text: string; effects: Effect[] }
+  | { status: "error"; code: string; effect: string; text: string };
+
+const effectOfEntry = (e: { name: string; key: string; effect: string; input?: unknown }): Effect => ({ name: e.name, key: e.key, effect: e.effect, ...(e.input !== undefined ? { input: e.input } : {}) });
+const say = (e: Effect) => `${e.name}: ${e.effect.replace(/_/g, " ")}${e.input !== undefined ? ` ${JSON.stringify(e.input)}` : ""}`;
+
+export async function openApp(config: { databaseUrl: string; schema: string; redisUrl: string; ledgerPrefix: string; providerURL: string; owner: string; unguarded: boolean }) {
+  const pool = new pg.Pool({ connectionString: config.databaseUrl, max: 4 });
+  pool.on("error", (error) => console.warn("pg pool:", error.message));
+  const store = new PostgresConversationStore({ pool, schema: config.schema, timeoutMs: 3000 });
+  await store.migrate();
+  const ledger = await createRedisLedger({ url: config.redisUrl, prefix: config.ledgerPrefix });
+  const client = new Anthropic({ apiKey: "sk-trial", baseURL: config.providerURL, maxRetries: 2 });
+  const dispatcher = config.unguarded ? new UnguardedDispatcher(tools) : new Dispatcher({ tools, ledger, leaseMs: 3000 });
+  const runner = new ConversationRunner({
+    client,
+    dispatcher,
+    store,
+    model: "claude-sonnet-5-5",
+    tools: tools.providerSchemas(),
+    system: "You are a payments assistant. Pay only when asked.",
+    owner: config.owner,
+    turnLeaseMs: Number(process.env.TURN_LEASE_MS ?? 4000),
+    busyWaitMs: Number(process.env.BUSY_WAIT_MS ?? 20_000),
+    retry: { attempts: 2 },
+    onEvent: (e) => {
+      if (e.type === "stream_failed") console.error(`[${config.owner}] stream_failed ${e.conversationId} attempt ${e.attempt}: ${e.error}`);
+    },
+  });
+
+  async function handle(conversationId: string, messageId: string, text: string): Promise<Reply> {
+    try {
+      const { turns, records, fromStore } = await runner.send(conversationId, { id: messageId, content: text });
+      const calls = turns.flatMap((t) => t.calls.map((c) => ({ name: c.name, key: c.key, ...(c.error !== undefined ? { error: c.error.message } : { result: c.result }) })));
+      // Effects of a resumed or retried turn that its committed answer does not mention (RECORD-8).
+      const untold = (records ?? []).flatMap((r) => r.calls).map(effectOfEntry);
+      return { status: "answered", text: [turns.map((t) => t.text).join(""), ...untold.map(say)].filter((l) => l !== "").join("\n"), fromStore: fromStore === true, calls, untold };
+    } catch (error) {
+      if (TurnFailedError.isInstance(error)) {
+        const effects = error.record.effects.map(effectOfEntry);
+        const cause = `${error.record.error.code ?? error.record.error.name}: ${error.record.error.message}`;
+        const advice = error.record.retryable ? "the answer did not complete; send the same message again" : `the turn failed and sending it again will not help (${cause})`;
+        return { status: "failed", text: [...effects.map(say), advice].join("\n"), effects, retryable: error.record.retryable, cause };
+      }
+      if (StoreUnavailableError.isInstance(error) && error.effects !== undefined) {
+        const effects = error.effects.map(effectOfEntry);
+        return { status: "unsaved", text: effects.map((e) => `${say(e)}; its confirmation was not saved, send the same message again`).join("\n"), effects };
+      }
+      if (isDispatchOnceError(error)) return { status: "error", code: error.code, effect: String(effectOf(error)), text: error.message };
+      throw error;
+    }
+  }
+
+  async function close() {
+    await store.close();
+    await ledger.close();
+    await pool.end();
+  }
+  return { handle, close, store, ledger, runner };
+}
