@@ -4,7 +4,7 @@ import { StreamIncompleteError } from "@dispatch-once/runner";
 import { generateText, stepCountIs, streamText, wrapLanguageModel, type LanguageModel, type ModelMessage, type ToolSet } from "ai";
 import { describe, expect, it } from "vitest";
 import { providerToolsGuard, spliceGuard, type OnceTurn } from "../src/index.js";
-import { drain, keepingApp, mocksPerTest, until } from "./helpers.js";
+import { billAcme, billed, drain, expectIncidentBillsOnce, keepingApp, mocksPerTest } from "./helpers.js";
 
 /*
  * The AI SDK over Amazon Bedrock's Converse API (`@ai-sdk/amazon-bedrock`'s language model:
@@ -24,12 +24,11 @@ const bedrock = (): LanguageModel =>
     "anthropic.claude-sonnet-4-5-20250929-v1:0",
   );
 const guarded = (): LanguageModel => wrapLanguageModel({ model: bedrock() as Parameters<typeof wrapLanguageModel>[0]["model"], middleware: [providerToolsGuard(), spliceGuard()] });
-const paid = () => env.payments.effects().map((e) => `${String(e.payload["customer"])} ${String(e.payload["amount"])}`);
+const paid = () => billed(env.payments);
 
 /** The app that keeps AISDK-8 (helpers.ts), on this file's conversation and model. */
 const app = (model: () => LanguageModel = bedrock) => keepingApp(env.payments, "chat_bedrock", model);
 
-const billAcme: ModelMessage[] = [{ role: "user", content: "bill acme" }];
 
 describe("through @ai-sdk/amazon-bedrock (Converse) against the mock provider", () => {
   it("the route: a signed converse-stream request, a tool call, its result, and a closing answer", async () => {
@@ -62,29 +61,7 @@ describe("through @ai-sdk/amazon-bedrock (Converse) against the mock provider", 
 
   for (const dispatchAt of ["tool-call", "step"] as const) {
     it(`the chapter's incident, dispatch at ${dispatchAt}: the stream is cut after the invoice, the app's retry bills once and tells the truth`, async () => {
-      const { request, settle, runs } = app();
-      // The stream pauses after the call's contentBlockStop ...
-      env.provider.faults.enqueue({ kind: "hold", at: { afterToolUseStop: 0 } });
-      const cut = request(billAcme, dispatchAt);
-      if (dispatchAt === "tool-call") {
-        // ... the call ran from its tool-call part, before the step finished ...
-        await until(() => env.payments.effects().length === 1);
-      } else {
-        await env.provider.waitForHold();
-      }
-      // ... and the connection dies before messageStop.
-      env.provider.cutNow();
-      const first = await cut;
-      expect(first.kept).toBe(false);
-      if (dispatchAt === "tool-call") await settle();
-      // The app retries the turn (AISDK-6): the same messages, the same turn, the same key.
-      const retried = await request(billAcme, dispatchAt);
-      expect(retried.kept).toBe(true);
-      expect(paid()).toEqual(["acme 12500"]);
-      expect(runs).toHaveLength(1);
-      expect(retried.told).toEqual([{ invoice: env.payments.effects()[0]!.resourceId, amount: 12_500 }]);
-      const unanswered = await retried.turn.unansweredCalls();
-      expect(unanswered).toEqual({ listed: true, calls: [] });
+      await expectIncidentBillsOnce(env, app(), dispatchAt);
     });
   }
 

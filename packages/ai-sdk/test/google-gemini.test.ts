@@ -4,7 +4,7 @@ import { StreamIncompleteError } from "@dispatch-once/runner";
 import { generateText, stepCountIs, streamText, wrapLanguageModel, type LanguageModel, type ModelMessage, type ToolSet } from "ai";
 import { describe, expect, it } from "vitest";
 import { providerToolsGuard, spliceGuard, type OnceTurn } from "../src/index.js";
-import { drain, invoiceTool, keepingApp, mocksPerTest, until } from "./helpers.js";
+import { billAcme, billed, drain, expectIncidentBillsOnce, invoiceTool, keepingApp, mocksPerTest } from "./helpers.js";
 
 /*
  * The AI SDK over Google's Gemini API (`@ai-sdk/google`'s language model:
@@ -23,12 +23,11 @@ const env = mocksPerTest("ai-sdk-google-gemini", {
 const google = () => createGoogleGenerativeAI({ baseURL: env.provider.geminiBaseURL, apiKey: "AIzaSyExampleKey" });
 const gemini = (): LanguageModel => google()("gemini-2.5-flash");
 const guarded = (): LanguageModel => wrapLanguageModel({ model: gemini() as Parameters<typeof wrapLanguageModel>[0]["model"], middleware: [providerToolsGuard(), spliceGuard()] });
-const paid = () => env.payments.effects().map((e) => `${String(e.payload["customer"])} ${String(e.payload["amount"])}`);
+const paid = () => billed(env.payments);
 
 /** The app that keeps AISDK-8 (helpers.ts), on this file's conversation and model. */
 const app = (model: () => LanguageModel = gemini) => keepingApp(env.payments, "chat_gemini", model);
 
-const billAcme: ModelMessage[] = [{ role: "user", content: "bill acme" }];
 const errorOf = (parts: readonly { type: string }[]) => (parts.find((p) => p.type === "error") as { error?: unknown } | undefined)?.error;
 
 describe("through @ai-sdk/google (Gemini API) against the mock provider", () => {
@@ -74,30 +73,7 @@ describe("through @ai-sdk/google (Gemini API) against the mock provider", () => 
   for (const dispatchAt of ["tool-call", "step"] as const) {
     for (const [name, model] of [["unguarded", gemini], ["under spliceGuard()", guarded]] as const) {
       it(`the chapter's incident, ${name}, dispatch at ${dispatchAt}: the stream is cut after the call, before finishReason; the app's retry bills once and tells the truth`, async () => {
-        const { request, settle, runs } = app(model);
-        // The stream pauses after the functionCall chunk ...
-        env.provider.faults.enqueue({ kind: "hold", at: { afterToolUseStop: 0 } });
-        const cut = request(billAcme, dispatchAt);
-        if (dispatchAt === "tool-call") {
-          // ... the call ran from its tool-call part, before the step finished ...
-          await until(() => env.payments.effects().length === 1);
-        } else {
-          await env.provider.waitForHold();
-        }
-        // ... and the connection dies before the chunk with finishReason.
-        env.provider.cutNow();
-        const first = await cut;
-        expect(first.kept).toBe(false);
-        expect(first.told).toEqual([]);
-        if (dispatchAt === "tool-call") await settle();
-        // The app retries the turn (AISDK-6): the same messages, the same turn, the same key.
-        const retried = await request(billAcme, dispatchAt);
-        expect(retried.kept).toBe(true);
-        expect(paid()).toEqual(["acme 12500"]);
-        expect(runs).toHaveLength(1);
-        // What the app tells is the one invoice of the effect log.
-        expect(retried.told).toEqual([{ invoice: env.payments.effects()[0]!.resourceId, amount: 12_500 }]);
-        expect(await retried.turn.unansweredCalls()).toEqual({ listed: true, calls: [] });
+        await expectIncidentBillsOnce(env, app(model), dispatchAt);
       });
     }
   }

@@ -4,7 +4,7 @@ import { StreamIncompleteError } from "@dispatch-once/runner";
 import { defaultSettingsMiddleware, stepCountIs, streamText, wrapLanguageModel, type LanguageModel, type LanguageModelMiddleware, type ModelMessage, type ToolSet } from "ai";
 import { describe, expect, it } from "vitest";
 import { providerToolsGuard, spliceGuard } from "../src/index.js";
-import { drain, invoiceTool, keepingApp, mocksPerTest, until } from "./helpers.js";
+import { billAcme, billed, drain, expectIncidentBillsOnce, invoiceTool, keepingApp, mocksPerTest } from "./helpers.js";
 
 /*
  * The AI SDK over Gemini on Vertex AI (`@ai-sdk/google-vertex` 4.0.208, which runs @ai-sdk/google
@@ -61,10 +61,9 @@ const argsOnly: LanguageModelMiddleware = defaultSettingsMiddleware({ settings: 
 type Model = Parameters<typeof wrapLanguageModel>[0]["model"];
 const gemini3 = (): LanguageModel => wrapLanguageModel({ model: vertex()("gemini-3-pro-preview") as Model, middleware: [vertexOnly] });
 const guarded = (): LanguageModel => wrapLanguageModel({ model: vertex()("gemini-3-pro-preview") as Model, middleware: [vertexOnly, providerToolsGuard(), spliceGuard()] });
-const paid = () => env.payments.effects().map((e) => `${String(e.payload["customer"])} ${String(e.payload["amount"])}`);
+const paid = () => billed(env.payments);
 const app = (model: () => LanguageModel = gemini3) => keepingApp(env.payments, "chat_vertex", model);
 
-const billAcme: ModelMessage[] = [{ role: "user", content: "bill acme" }];
 const errorOf = (parts: readonly { type: string }[]) => (parts.find((p) => p.type === "error") as { error?: unknown } | undefined)?.error;
 const streamErrorOf = (parts: readonly { type: string }[]) => {
   const error = errorOf(parts);
@@ -112,22 +111,7 @@ describe("through @ai-sdk/google-vertex (Gemini on Vertex AI) against the mock p
   for (const dispatchAt of ["tool-call", "step"] as const) {
     for (const [name, model] of models) {
       it(`the chapter's incident, ${name}, dispatch at ${dispatchAt}: cut after the streamed call's terminal part, before finishReason; the retry bills once and tells the truth`, async () => {
-        const { request, settle, runs } = app(model);
-        env.provider.faults.enqueue({ kind: "hold", at: { afterToolUseStop: 0 } });
-        const cut = request(billAcme, dispatchAt);
-        if (dispatchAt === "tool-call") await until(() => env.payments.effects().length === 1);
-        else await env.provider.waitForHold();
-        env.provider.cutNow();
-        const first = await cut;
-        expect(first.kept).toBe(false);
-        expect(first.told).toEqual([]);
-        if (dispatchAt === "tool-call") await settle();
-        const retried = await request(billAcme, dispatchAt);
-        expect(retried.kept).toBe(true);
-        expect(paid()).toEqual(["acme 12500"]);
-        expect(runs).toHaveLength(1);
-        expect(retried.told).toEqual([{ invoice: env.payments.effects()[0]!.resourceId, amount: 12_500 }]);
-        expect(await retried.turn.unansweredCalls()).toEqual({ listed: true, calls: [] });
+        await expectIncidentBillsOnce(env, app(model), dispatchAt);
       });
     }
   }

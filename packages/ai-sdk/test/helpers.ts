@@ -2,7 +2,7 @@ import { createAnthropic } from "@ai-sdk/anthropic";
 import { createPaymentsClient, startMockPayments, type MockPaymentsServer } from "@dispatch-once/mock-payments";
 import { scriptFromPlans, startMockProvider, type MockProvider } from "@dispatch-once/mock-provider";
 import { MemoryLedger, type Ledger } from "@dispatch-once/core";
-import { afterEach, beforeEach } from "vitest";
+import { afterEach, beforeEach, expect } from "vitest";
 import { stepCountIs, streamText, tool, type LanguageModel, type ModelMessage, type TextStreamPart, type ToolSet } from "ai";
 import { createOnceTools, type OnceTurn } from "../src/index.js";
 import { z } from "zod";
@@ -93,4 +93,35 @@ export function keepingApp(payments: MockPaymentsServer, conversationId: string,
     return { parts, steps, kept, told: kept ? outputsOf(parts) : [], turn: forTurn };
   };
   return { once, ledger, runs, request, settle: () => settled(ledger, conversationId) };
+}
+
+/** What the mock payments API billed, in order, as "customer amount". */
+export const billed = (payments: MockPaymentsServer): string[] => payments.effects().map((e) => `${String(e.payload["customer"])} ${String(e.payload["amount"])}`);
+
+/** The user message that asks for the one invoice the mock's script makes (acme, 12 500). */
+export const billAcme: ModelMessage[] = [{ role: "user", content: "bill acme" }];
+
+/**
+ * The chapter's incident through a keepingApp, on any route of the mock provider: the paying
+ * response is held after its call's block (in tool-call mode, once the invoice was made) and cut
+ * before the response's finish, so nothing is kept or told; the app's retry of the turn (AISDK-6:
+ * the same messages, the same turn, the same key) keeps one answer that names the one invoice of
+ * the effect log, the tool having run once, and leaves no call of the turn unanswered.
+ */
+export async function expectIncidentBillsOnce(env: { provider: MockProvider; payments: MockPaymentsServer }, app: ReturnType<typeof keepingApp>, dispatchAt: "step" | "tool-call"): Promise<void> {
+  env.provider.faults.enqueue({ kind: "hold", at: { afterToolUseStop: 0 } });
+  const cut = app.request(billAcme, dispatchAt);
+  if (dispatchAt === "tool-call") await until(() => env.payments.effects().length === 1);
+  else await env.provider.waitForHold();
+  env.provider.cutNow();
+  const first = await cut;
+  expect(first.kept).toBe(false);
+  expect(first.told).toEqual([]);
+  if (dispatchAt === "tool-call") await app.settle();
+  const retried = await app.request(billAcme, dispatchAt);
+  expect(retried.kept).toBe(true);
+  expect(billed(env.payments)).toEqual(["acme 12500"]);
+  expect(app.runs).toHaveLength(1);
+  expect(retried.told).toEqual([{ invoice: env.payments.effects()[0]!.resourceId, amount: 12_500 }]);
+  expect(await retried.turn.unansweredCalls()).toEqual({ listed: true, calls: [] });
 }
