@@ -20,7 +20,7 @@ export { UnsafeStoreConfigError } from "./unsafe-store-config-error.js";
 export { DurabilityMismatchError } from "./durability-mismatch-error.js";
 export { InvalidArgumentError } from "./invalid-argument-error.js";
 export { type FailureDisposition, ToolError } from "./tool-error.js";
-export { ConversationBusyError } from "./conversation-busy-error.js";
+export { ConversationBusyError, type InProgressEffect } from "./conversation-busy-error.js";
 export { ConversationLeaseLostError } from "./conversation-lease-lost-error.js";
 export { StoreUnavailableError, type UnstoredEffect } from "./store-unavailable-error.js";
 export { StoreCorruptError } from "./store-corrupt-error.js";

@@ -74,7 +74,8 @@ export function turnRowEffect(row: LedgerRow): TurnRowEffect {
 /**
  * The ledger rows claimed at one turn index of a conversation (LIST-3), read a page at a time
  * through `listRows` (which filters by conversation only, LIST-1); undefined when the ledger does
- * not list rows (`capabilities.supports.listRows`). A listing that fails throws its error. Shared
+ * not list rows (`capabilities.supports.listRows`). A listing that fails throws its error. With
+ * `andLater`, the rows of that index and every later one (a busy message's turns, TURN-25). Shared
  * by the runner's committed-turn record (RECORD-8) and the AI SDK, tool-runner and MCP listings of
  * a turn's unanswered calls (AISDK-14, ATR-12, MCP-15).
  *
@@ -84,13 +85,20 @@ export function turnRowEffect(row: LedgerRow): TurnRowEffect {
  * them listed as a turn's effects (a record, a tool runner's or MCP's listing telling the user of
  * a payment-like effect that is none). Every caller lists effects, so they are left out here, once.
  */
-export async function turnRowsOf(ledger: Partial<Ledger> | undefined, conversationId: string, turnIndex: number): Promise<LedgerRow[] | undefined> {
+export async function turnRowsOf(
+  ledger: Partial<Ledger> | undefined,
+  conversationId: string,
+  turnIndex: number,
+  options: { andLater?: boolean } = {},
+): Promise<LedgerRow[] | undefined> {
   if (typeof ledger?.listRows !== "function" || ledger.capabilities?.supports?.listRows !== true) return undefined;
   const rows: LedgerRow[] = [];
   let cursor: string | undefined;
+  // `andLater`: the rows of every turn index from `turnIndex` on (a message in progress: its first turn and its later ones, TURN-25).
+  const wanted = (index: number | undefined) => index !== undefined && (options.andLater === true ? index >= turnIndex : index === turnIndex);
   do {
     const page = await ledger.listRows({ conversationId, limit: MAX_LIST_LIMIT, ...(cursor !== undefined ? { cursor } : {}) });
-    for (const row of page.rows) if (row.turnIndex === turnIndex && !isRecordRowName(row.toolName)) rows.push(row);
+    for (const row of page.rows) if (wanted(row.turnIndex) && !isRecordRowName(row.toolName)) rows.push(row);
     cursor = page.cursor;
   } while (cursor !== undefined);
   return rows;
