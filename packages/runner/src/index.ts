@@ -38,6 +38,7 @@ export {
   TURN_RUNNER_OPTIONS,
   DEFAULT_RESEND_WINDOW_MS,
   DEFAULT_STREAM_IDLE_TIMEOUT_MS,
+  BUSY_LISTING_MS,
   type RunnerEvent,
   type TurnRunnerOptions,
   type CallReport,

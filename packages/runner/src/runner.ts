@@ -32,8 +32,9 @@ import {
   type TurnDispatch,
   type TurnSnapshot,
   type UnstoredEffect,
+  type InProgressEffect,
 } from "@dispatch-once/core";
-import { MAX_CALL_KEY_LABEL_LENGTH, MAX_LEASE_MS, MAX_TIMER_MS, checkLeaseOwner, loggerOption, sameJsonData } from "@dispatch-once/core/internal";
+import { MAX_CALL_KEY_LABEL_LENGTH, MAX_LEASE_MS, MAX_ORDINAL_TRIED, MAX_TIMER_MS, checkLeaseOwner, loggerOption, sameJsonData, turnRowInput } from "@dispatch-once/core/internal";
 import { NOTHING_CARRIED, afterTurn, carryingDispatcher, matchCarried, pausedAfter, pausedSlot, refusedForCarried, withRecord, withoutSlots, type CarriedCall, type Carry, type PausedSlots } from "./carry.js";
 import { InvalidArgumentsJsonError } from "./errors/invalid-arguments-json.js";
 import { MessageIdReusedError } from "./errors/message-id-reused.js";
@@ -141,7 +142,9 @@ export interface TurnRunnerOptions {
   turnLeaseMs?: number;
   /**
    * How long send() waits while another worker holds the conversation before `conversation_busy`
-   * (the message stays queued; re-send the same id).
+   * (the message stays queued; re-send the same id). When the message itself is in progress under
+   * that worker, the error lists the calls the ledger holds for it (`effects`, TURN-25), read
+   * within BUSY_LISTING_MS more.
    * @default 30_000
    * @example new TurnRunner(provider, { dispatcher, store, busyWaitMs: 5_000 })
    */
@@ -192,6 +195,13 @@ export interface TurnRunnerOptions {
 
 /** The default bound on the wait for a stream's next event (STREAM-16). */
 export const DEFAULT_STREAM_IDLE_TIMEOUT_MS = 300_000;
+
+/**
+ * How long a busy sender waits for the ledger's listing of a message in progress (TURN-25) before
+ * it raises conversation_busy without it (`effectsUnknown` says so): the sender has waited
+ * `busyWaitMs` already, and a slow ledger must not hold it longer than this.
+ */
+export const BUSY_LISTING_MS = 1_000;
 
 /** The default re-send window (TURN-12): the ledgers' default retention (24 h) less one hour. */
 export const DEFAULT_RESEND_WINDOW_MS = DEFAULT_RETENTION_MS - 60 * 60 * 1000;
@@ -622,7 +632,7 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
         if (driven.answered) answeredHere = true;
       } else {
         const waited = Date.now() - started;
-        if (waited >= (this.options.busyWaitMs ?? 30_000)) throw new ConversationBusyError(conversationId, message.id, waited, { inProgress: current.state === "in_progress" });
+        if (waited >= (this.options.busyWaitMs ?? 30_000)) throw await this.busyError(conversationId, message.id, waited, current);
         await sleep(this.options.pollMs ?? 25);
       }
       const latest = await store.message(conversationId, message.id);
@@ -1487,6 +1497,86 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
     // here then tells of that effect (RECORD-8, RECORD-7; the model's resume-omits-record).
     if (unanswered.length === 0 && !resumed) return undefined;
     return { ...base, listed: listing !== undefined, calls: unanswered, at: new Date().toISOString() };
+  }
+
+  /**
+   * conversation_busy (TURN-10). For a message in progress under another holder, with the calls the
+   * dispatcher's ledger lists for its turns (TURN-25), or why they are not known: the user is told
+   * which payment went through or is under way, not only "busy". Never another error: a listing
+   * that fails, or does not answer within BUSY_LISTING_MS, is said in `effectsUnknown`.
+   */
+  private async busyError(conversationId: string, messageId: string, waited: number, current: StoredMessage): Promise<ConversationBusyError> {
+    if (current.state !== "in_progress") return new ConversationBusyError(conversationId, messageId, waited);
+    const listing = current.turnIndex === undefined ? { ok: false as const, reason: "the store gave no turn index for the message in progress" } : await this.messageEffects(conversationId, current.turnIndex);
+    return new ConversationBusyError(conversationId, messageId, waited, { inProgress: true, ...(listing.ok ? { effects: listing.effects } : { effectsUnknown: listing.reason }) });
+  }
+
+  /**
+   * The calls the ledger lists at a message's turn index and the later ones (its later turns; a
+   * message in progress is the conversation's last bound one), in the order they were claimed
+   * (`claimedAt`, then ordinal, then key; the ledger lists by last transition, LIST-2), each with
+   * what its row says of its effect (RECORD-8's reading) and its stored request. Bounded: a busy
+   * sender has waited already, and a ledger that does not answer must not hold it longer.
+   */
+  private async messageEffects(conversationId: string, turnIndex: number): Promise<{ ok: true; effects: InProgressEffect[] } | { ok: false; reason: string }> {
+    const listed = (async () => {
+      try {
+        const rows = await turnRowsOf(this.dispatcherLedger(), conversationId, turnIndex, { andLater: true });
+        if (rows === undefined) return { ok: false as const, reason: "the dispatcher's ledger does not list rows (capabilities.supports.listRows)" };
+        const ordered = rows.map((row) => ({ row, ordinal: this.rowOrdinal(row) }));
+        ordered.sort((x, y) => x.row.claimedAt - y.row.claimedAt || (x.ordinal ?? 0) - (y.ordinal ?? 0) || (x.row.key < y.row.key ? -1 : x.row.key > y.row.key ? 1 : 0));
+        return {
+          ok: true as const,
+          effects: ordered.map(({ row, ordinal }): InProgressEffect => {
+            // The row's reading as a record lists it (RECORD-8), without its summary, worded for an earlier run.
+            const { key, name, state, effect, result, error, input } = unansweredCall(row);
+            return {
+              key,
+              name,
+              turnIndex: row.turnIndex ?? turnIndex,
+              ...(ordinal !== undefined ? { ordinal } : {}),
+              state: state ?? row.state,
+              effect: effect === "none" ? "may_have_happened" : effect,
+              ...(input !== undefined ? { input } : {}),
+              ...(result !== undefined ? { result } : {}),
+              ...(error !== undefined ? { error } : {}),
+            };
+          }),
+        };
+      } catch (error) {
+        return { ok: false as const, reason: `listing the message's ledger rows failed: ${describe(error)}` };
+      }
+    })();
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const bound = new Promise<{ ok: false; reason: string }>((resolve) => {
+      timer = setTimeout(() => resolve({ ok: false, reason: `listing the message's ledger rows did not answer within ${BUSY_LISTING_MS} ms` }), BUSY_LISTING_MS);
+    });
+    try {
+      return await Promise.race([listed, bound]);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  /**
+   * A row's ordinal among its turn's identical calls (TURN-4), which the row does not store: the
+   * one at which the dispatcher's `keyFor` derives the row's key again from its stored request
+   * (0 to MAX_ORDINAL_TRIED, as IDENT-10 reads a row); undefined when none does (a dispatcher
+   * without keyFor, a tool it no longer defines, a row made under another definition).
+   */
+  private rowOrdinal(row: LedgerRow): number | undefined {
+    const { dispatcher } = this.options;
+    const keyFor = (dispatcher as { keyFor?: (call: ToolCall, context: TurnContext & { ordinal?: number }) => string }).keyFor;
+    const { input } = turnRowInput(row);
+    if (typeof keyFor !== "function" || input === undefined || row.conversationId === undefined || row.turnIndex === undefined) return undefined;
+    try {
+      for (let ordinal = 0; ordinal <= MAX_ORDINAL_TRIED; ordinal++) {
+        if (keyFor.call(dispatcher, { name: row.toolName, input }, { conversationId: row.conversationId, turnIndex: row.turnIndex, ordinal }) === row.key) return ordinal;
+      }
+    } catch {
+      // Refused by the tool's definition now: no ordinal is known.
+    }
+    return undefined;
   }
 
   /** The ledger rows claimed at the turn index, through the dispatcher's ledger when it lists (LIST-3). */

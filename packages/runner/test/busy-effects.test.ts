@@ -1,0 +1,197 @@
+import { ConversationBusyError, MemoryConversationStore, MemoryLedger, effectOf, type Ledger, type LedgerCapabilities, type ListRowsPage } from "@dispatch-once/core";
+import { afterEach, describe, expect, it } from "vitest";
+import { world, type ToyEvent } from "./toy.js";
+
+const CONTENT = "pay bob 21.00 for rent, and carol 5.00 for lunch";
+
+/** A pay call at `index` of a response. */
+const pay = (index: number, id: string, to: string, memo: string): ToyEvent[] => [
+  { t: "call", index, id, name: "pay" },
+  { t: "args", index, json: `{"to":"${to}","memo":"${memo}"}` },
+  { t: "done", index },
+];
+
+/** A promise with its resolver: lets a test hold a payment mid-run and let it go, without timing. */
+function gate(): { promise: Promise<void>; open: () => void } {
+  let open!: () => void;
+  const promise = new Promise<void>((resolve) => (open = resolve));
+  return { promise, open };
+}
+
+async function until(condition: () => boolean | Promise<boolean>): Promise<void> {
+  while (!(await condition())) await new Promise((r) => setTimeout(r, 2));
+}
+
+const held: (() => void)[] = [];
+afterEach(() => {
+  for (const open of held.splice(0)) open();
+});
+
+/**
+ * Worker A sends the message and holds the conversation's turn lease while its payment to carol is
+ * held in the tool (in flight); worker B, re-sent the same message (a queue's redelivery, a client's
+ * retry), waits `busyWaitMs` and meets conversation_busy. B shares A's store and ledger.
+ */
+function twoWorkers(script: Parameters<typeof world>[0], options: { ledger?: Ledger; ledgerOfB?: Ledger; holdTo?: string } = {}) {
+  const store = new MemoryConversationStore();
+  const ledger = options.ledger ?? new MemoryLedger();
+  const performed: { to: string; memo: string }[] = [];
+  const hold = gate();
+  held.push(hold.open);
+  let reached = false;
+  const a = world(script, false, {
+    store,
+    ledger,
+    performed,
+    beforePay: async (args) => {
+      if ((args as { to: string }).to !== (options.holdTo ?? "carol")) return;
+      reached = true;
+      await hold.promise;
+    },
+  });
+  const b = world(() => [{ t: "end" }], false, { store, ledger: options.ledgerOfB ?? ledger, runner: { busyWaitMs: 20 } });
+  return { a, b, store, ledger, performed, hold, heldPaymentReached: () => reached };
+}
+
+async function busyOf(send: Promise<unknown>): Promise<ConversationBusyError> {
+  const error = await send.then(
+    () => undefined,
+    (e: unknown) => e,
+  );
+  expect(ConversationBusyError.isInstance(error), String(error)).toBe(true);
+  return error as ConversationBusyError;
+}
+
+describe("TURN-25 a busy answer for a message in progress says which of its calls may have had effects", () => {
+  it("a payment the holder made is told as happened with its arguments and result, one it is still making as may_have_happened; the effect log agrees", async () => {
+    const w = twoWorkers((n) => (n === 1 ? [...pay(0, "toolu_1", "bob", "rent"), ...pay(1, "toolu_2", "carol", "lunch"), { t: "end" }] : [{ t: "text", index: 0, text: "done" }, { t: "end" }]));
+    const sent = w.a.runner.send("conv-busy-effects", { id: "m1", content: CONTENT });
+    await until(w.heldPaymentReached);
+
+    const busy = await busyOf(w.b.runner.send("conv-busy-effects", { id: "m1", content: CONTENT }));
+    expect(busy.inProgress).toBe(true);
+    expect(effectOf(busy)).toBe("possibly");
+    const keyOf = (to: string, memo: string) => w.a.dispatcher.keyFor({ name: "pay", input: { to, memo } }, { conversationId: "conv-busy-effects", turnIndex: 0, ordinal: 0 });
+    expect(busy.effectsUnknown).toBeUndefined();
+    expect(busy.effects).toEqual([
+      { key: keyOf("bob", "rent"), name: "pay", turnIndex: 0, ordinal: 0, state: "completed", effect: "happened", input: { to: "bob", memo: "rent" }, result: { n: 1 } },
+      { key: keyOf("carol", "lunch"), name: "pay", turnIndex: 0, ordinal: 0, state: "in_flight", effect: "may_have_happened", input: { to: "carol", memo: "lunch" } },
+    ]);
+    expect(busy.message).toMatch(/the ledger lists pay happened, pay may have happened/);
+    // The payments API's log: bob was paid, carol not yet; what the error calls happened is exactly what was paid.
+    expect(w.performed).toEqual([{ to: "bob", memo: "rent" }]);
+    expect(busy.effects!.filter((e) => e.effect === "happened").map((e) => e.input)).toEqual(w.performed);
+
+    // The held payment goes through: the re-send after it is answered, and nothing was paid twice.
+    w.hold.open();
+    expect((await sent).status).toBe("answered");
+    expect(w.performed).toEqual([
+      { to: "bob", memo: "rent" },
+      { to: "carol", memo: "lunch" },
+    ]);
+  });
+
+  it("two identical payments of one turn, the first made and the second under way, are listed in the order they were claimed, with their ordinals", async () => {
+    // The first payment is held until the second is under way, so the second row's last transition
+    // (its claim) is older than the first's (its completion): the ledger lists them the other way round (LIST-2).
+    const secondUnderWay = gate();
+    held.push(secondUnderWay.open);
+    const store = new MemoryConversationStore();
+    const ledger = new MemoryLedger();
+    const hold = gate();
+    held.push(hold.open);
+    const performed: unknown[] = [];
+    const a = world((n) => (n === 1 ? [...pay(0, "toolu_1", "bob", "first"), ...pay(1, "toolu_2", "bob", "second"), { t: "end" }] : [{ t: "end" }]), false, {
+      store,
+      ledger,
+      performed,
+      beforePay: async (args) => {
+        if ((args as { memo: string }).memo === "first") return secondUnderWay.promise;
+        secondUnderWay.open();
+        return hold.promise;
+      },
+    });
+    const b = world(() => [{ t: "end" }], false, { store, ledger, runner: { busyWaitMs: 20 } });
+    const sent = a.runner.send("conv-busy-ordinals", { id: "m1", content: CONTENT });
+    const first = a.dispatcher.keyFor({ name: "pay", input: { to: "bob", memo: "first" } }, { conversationId: "conv-busy-ordinals", turnIndex: 0, ordinal: 0 });
+    const second = a.dispatcher.keyFor({ name: "pay", input: { to: "bob", memo: "second" } }, { conversationId: "conv-busy-ordinals", turnIndex: 0, ordinal: 1 });
+    await until(async () => (await ledger.lookup(first))?.state === "completed" && (await ledger.lookup(second))?.state === "in_flight");
+    expect((await ledger.listRows({ conversationId: "conv-busy-ordinals" })).rows.map((r) => r.key)).toEqual([second, first]);
+
+    const busy = await busyOf(b.runner.send("conv-busy-ordinals", { id: "m1", content: CONTENT }));
+    expect(busy.effects?.map(({ key, ordinal, state, effect }) => ({ key, ordinal, state, effect }))).toEqual([
+      { key: first, ordinal: 0, state: "completed", effect: "happened" },
+      { key: second, ordinal: 1, state: "in_flight", effect: "may_have_happened" },
+    ]);
+    expect(performed).toEqual([{ to: "bob", memo: "first" }]);
+    hold.open();
+    expect((await sent).status).toBe("answered");
+  });
+
+  it("a message in its second turn: the payment its committed first turn made is listed with the one its second turn is making", async () => {
+    const w = twoWorkers((n) => (n === 1 ? [...pay(0, "toolu_1", "bob", "rent"), { t: "end" }] : n === 2 ? [...pay(0, "toolu_2", "carol", "lunch"), { t: "end" }] : [{ t: "end" }]));
+    const sent = w.a.runner.send("conv-busy-turns", { id: "m1", content: CONTENT });
+    await until(w.heldPaymentReached);
+    const busy = await busyOf(w.b.runner.send("conv-busy-turns", { id: "m1", content: CONTENT }));
+    expect(busy.effects?.map(({ turnIndex, state, effect, input }) => ({ turnIndex, state, effect, input }))).toEqual([
+      { turnIndex: 0, state: "completed", effect: "happened", input: { to: "bob", memo: "rent" } },
+      { turnIndex: 1, state: "in_flight", effect: "may_have_happened", input: { to: "carol", memo: "lunch" } },
+    ]);
+    expect(w.performed).toEqual([{ to: "bob", memo: "rent" }]);
+    w.hold.open();
+    await sent;
+  });
+
+  it("a queued message (another message holds the lease) carries neither effects nor effectsUnknown: it ran nothing", async () => {
+    const w = twoWorkers((n) => (n === 1 ? [...pay(0, "toolu_1", "carol", "lunch"), { t: "end" }] : [{ t: "end" }]));
+    const sent = w.a.runner.send("conv-busy-queued", { id: "m1", content: CONTENT });
+    await until(w.heldPaymentReached);
+    const queued = await busyOf(w.b.runner.send("conv-busy-queued", { id: "m2", content: "and pay dan" }));
+    expect(queued.inProgress).toBe(false);
+    expect("effects" in queued).toBe(false);
+    expect("effectsUnknown" in queued).toBe(false);
+    expect(queued.message).not.toMatch(/ledger/);
+    w.hold.open();
+    await sent;
+  });
+
+  it("a ledger that does not list rows: the reason is given, never an empty list that reads as nothing happened", async () => {
+    class UnlistingLedger extends MemoryLedger {
+      override readonly capabilities: LedgerCapabilities = { ...new MemoryLedger().capabilities, supports: { ...new MemoryLedger().capabilities.supports, listRows: false } };
+    }
+    const w = twoWorkers((n) => (n === 1 ? [...pay(0, "toolu_1", "bob", "rent"), ...pay(1, "toolu_2", "carol", "lunch"), { t: "end" }] : [{ t: "end" }]), { ledger: new UnlistingLedger() });
+    const sent = w.a.runner.send("conv-busy-unlisted", { id: "m1", content: CONTENT });
+    await until(w.heldPaymentReached);
+    const busy = await busyOf(w.b.runner.send("conv-busy-unlisted", { id: "m1", content: CONTENT }));
+    expect(busy.inProgress).toBe(true);
+    expect(busy.effects).toBeUndefined();
+    expect(busy.effectsUnknown).toMatch(/does not list rows/);
+    expect(busy.message).toMatch(/which calls it made is unknown: .*does not list rows/);
+    expect(w.performed).toEqual([{ to: "bob", memo: "rent" }]);
+    w.hold.open();
+    await sent;
+  });
+
+  it("a listing that fails, or does not answer within its bound, leaves the busy error a busy error that says so", async () => {
+    const shared = new MemoryLedger();
+    const failing = Object.assign(Object.create(shared) as MemoryLedger, {
+      listRows: async (): Promise<ListRowsPage> => {
+        throw new Error("connection reset");
+      },
+    });
+    const w = twoWorkers((n) => (n === 1 ? [...pay(0, "toolu_1", "carol", "lunch"), { t: "end" }] : [{ t: "end" }]), { ledger: shared, ledgerOfB: failing });
+    const sent = w.a.runner.send("conv-busy-failing", { id: "m1", content: CONTENT });
+    await until(w.heldPaymentReached);
+    const busy = await busyOf(w.b.runner.send("conv-busy-failing", { id: "m1", content: CONTENT }));
+    expect(busy.effects).toBeUndefined();
+    expect(busy.effectsUnknown).toMatch(/listing the message's ledger rows failed: .*connection reset/);
+
+    const silent = Object.assign(Object.create(shared) as MemoryLedger, { listRows: () => new Promise<ListRowsPage>(() => {}) });
+    const c = world(() => [{ t: "end" }], false, { store: w.store, ledger: silent, runner: { busyWaitMs: 20 } });
+    const unanswered = await busyOf(c.runner.send("conv-busy-failing", { id: "m1", content: CONTENT }));
+    expect(unanswered.effects).toBeUndefined();
+    expect(unanswered.effectsUnknown).toMatch(/did not answer within 1000 ms/);
+    w.hold.open();
+    await sent;
+  });
+});
