@@ -1,5 +1,5 @@
 import Anthropic from "@anthropic-ai/sdk";
-import { Dispatcher, MemoryLedger, StoreUnavailableError, ToolRegistry, defineTool, type ConversationStore, type Ledger } from "@dispatch-once/core";
+import { ConversationBusyError, Dispatcher, MemoryLedger, StoreUnavailableError, ToolRegistry, defineTool, type ConversationStore, type Ledger } from "@dispatch-once/core";
 import { ConversationRunner, MemoryConversationStore, TurnFailedError } from "@dispatch-once/anthropic";
 import { z } from "zod";
 
@@ -41,6 +41,12 @@ export async function handleUserMessage(runner: ConversationRunner, conversation
     // committed, but the runner says what each call did (RECORD-9); the same message id completes it.
     if (StoreUnavailableError.isInstance(error) && error.effects !== undefined) {
       return error.effects.map((e) => `${told(e)}; its confirmation was not saved, send the same message again`).join("\n");
+    }
+    // Another worker is still on this very message (a queue's redelivery, a double submit): the
+    // ledger says which of its calls went through or are under way so far (TURN-25).
+    if (ConversationBusyError.isInstance(error) && error.inProgress) {
+      const calls = error.effects?.map(told) ?? [`which payments it made is not known yet (${error.effectsUnknown})`];
+      return [...calls, "still working on it; send the same message again for the answer"].join("\n");
     }
     if (!TurnFailedError.isInstance(error)) throw error; // by brand and code: any copy of the package
     // Nothing was written to the conversation. Tell the user what happened to each effect, in

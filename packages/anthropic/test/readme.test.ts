@@ -254,6 +254,39 @@ describe("README", () => {
     }
   });
 
+  it("TURN-25 the adoption example tells a re-send that meets the worker still on the message which payment it made, as the payments log has it", async () => {
+    // Worker A paid and is paused before its commit, holding the turn lease (its store's clock stands
+    // still); the client's re-send reaches worker B, which waits busyWaitMs (30 s, on a Date that
+    // the test moves on: no real wait) and meets conversation_busy for the message in progress.
+    const provider = await startMockProvider({
+      script: scriptFromPlans({ "pay busy": turn(toolUse("send_payment", { payee: "busy", amount: 21, currency: "EUR", memo: "rent" })) }),
+    });
+    const store = new MemoryConversationStore({ now: () => 1_700_000_000_000 });
+    const ledger = new MemoryLedger();
+    const { store: paused, reached } = pausedAtCommit(store);
+    try {
+      const client = new Anthropic({ baseURL: provider.baseURL, apiKey: "test", maxRetries: 0 });
+      const before = payments.length;
+      void handleUserMessage(createRunner(client, paused, ledger), "conv-busy", "msg-1", "pay busy");
+      await reached;
+      vi.useFakeTimers({ toFake: ["Date"] });
+      let settled = false;
+      const resent = handleUserMessage(createRunner(client, store, ledger), "conv-busy", "msg-1", "pay busy").finally(() => (settled = true));
+      // The fake Date stands still: move it a second on while B polls the lease (timers stay real).
+      while (!settled) {
+        vi.setSystemTime(Date.now() + 1_000);
+        await new Promise((r) => setTimeout(r, 5));
+      }
+      const told = await resent;
+      vi.useRealTimers();
+      expect(payments.slice(before).map((p) => p.payee)).toEqual(["busy"]);
+      expect(told).toBe('send_payment: happened {"payee":"busy","amount":21,"currency":"EUR","memo":"rent"}\nstill working on it; send the same message again for the answer');
+    } finally {
+      vi.useRealTimers();
+      await provider.close();
+    }
+  });
+
   it("RECORD-9 the adoption example tells the user a payment that happened when the store fails at the turn's end", async () => {
     // The store could not keep the turn's end after the payment ran (the OpenAI adoption trial's
     // PostgreSQL outage): store_unavailable carries what each call did, and the user must hear it.
