@@ -1,5 +1,5 @@
 import { TurnFailedError } from "@dispatch-once/anthropic";
-import { catalogueEntry, effectOf, type EffectKnowledge, type Retryable } from "@dispatch-once/core";
+import { ConversationBusyError, catalogueEntry, effectOf, type EffectKnowledge, type Retryable } from "@dispatch-once/core";
 
 /** An RFC 9457 problem document, with what the client can do about it. */
 export interface ChatProblem {
@@ -15,8 +15,11 @@ export interface ChatProblem {
   effect: EffectKnowledge;
   conversationId?: string;
   messageId?: string;
-  /** For a failed turn: per key, what happened to each effect the turn asked for. */
-  effects?: { key: string; name: string; effect: string }[];
+  /**
+   * For a failed turn: per key, what happened to each effect the turn asked for. For a busy
+   * conversation running this message (TURN-25): the calls the ledger holds for it so far.
+   */
+  effects?: { key: string; name: string; effect: string; input?: unknown }[];
 }
 
 export const PROBLEM_BASE = "https://dispatch-once.dev/problems/";
@@ -47,6 +50,11 @@ export function problemForSendError(error: unknown, ids: { conversationId: strin
       : record.effects.some((e) => e.effect === "may_have_happened")
         ? "possibly"
         : "no";
+  }
+  if (ConversationBusyError.isInstance(error) && error.effects !== undefined) {
+    // Another worker is on this message: what it did so far, never "no" (it may claim more).
+    effects = [...error.effects];
+    if (error.effects.some((e) => e.effect === "happened")) effect = "yes";
   }
   const code = entry?.code ?? "internal_error";
   const base = { ...ids, effect, retryable, ...(effects !== undefined ? { effects } : {}) };

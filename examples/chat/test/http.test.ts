@@ -153,6 +153,18 @@ describe("problemForSendError reads core's error catalogue", () => {
     expect(answer).toMatchObject({ status: 503, code: "conversation_busy", retryable: "same_message", effect: "possibly" });
     expect(answer.detail).toContain("in progress under another holder");
   });
+  it("TURN-25 a busy conversation running this message tells which of its calls the ledger holds: a payment made is effect yes, still 503 with the same id", () => {
+    const effects = [
+      { key: "k1", name: "send_payment", turnIndex: 0, ordinal: 0, state: "completed" as const, effect: "happened" as const, input: { payee: "bob", amount: 2100 } },
+      { key: "k2", name: "send_payment", turnIndex: 0, ordinal: 0, state: "in_flight" as const, effect: "may_have_happened" as const, input: { payee: "carol", amount: 500 } },
+    ];
+    const answer = problemForSendError(new ConversationBusyError("demo:c", "m", 30_000, { inProgress: true, effects }), ids);
+    expect(answer).toMatchObject({ status: 503, code: "conversation_busy", retryable: "same_message", effect: "yes", effects });
+    const unknown = problemForSendError(new ConversationBusyError("demo:c", "m", 30_000, { inProgress: true, effectsUnknown: "the dispatcher's ledger does not list rows" }), ids);
+    expect(unknown).toMatchObject({ status: 503, effect: "possibly" });
+    expect(unknown.effects).toBeUndefined();
+    expect(unknown.detail).toContain("does not list rows");
+  });
   it("a bad input: 422, asking again cannot help", () => {
     expect(problemForSendError(new InvalidKeyInputError("conversationId", "bad"), ids)).toMatchObject({ status: 422, code: "invalid_key_input", retryable: "no" });
   });
