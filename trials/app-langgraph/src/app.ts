@@ -51,7 +51,13 @@ type State = typeof GraphState.State;
  * without its check that the model's response ended with a stop reason, "toolnode" LangGraph's prebuilt
  * ToolNode over LangChain tools that each dispatch their call (a context per call, errors as ToolMessages).
  */
-export type Plant = "none" | "unguarded" | "random" | "per-call" | "count-ai" | "no-stop-check" | "toolnode";
+export type Plant = "none" | "unguarded" | "random" | "per-call" | "count-ai" | "no-stop-check" | "toolnode" | ThreadPlant;
+/**
+ * The thread lock's checks: "no-thread-lock" runs a thread's messages as they come (LangGraph's own
+ * behaviour); "lock-unfenced" holds the lock on its own session but writes the checkpoints over the
+ * shared pool; "lock-no-expiry" never lets a silent holder's lock go (no idle_session_timeout).
+ */
+export type ThreadPlant = "no-thread-lock" | "lock-unfenced" | "lock-no-expiry";
 
 export interface AppOptions {
   databaseUrl: string;
@@ -66,6 +72,45 @@ export interface AppOptions {
   leaseMs?: number;
   /** Core's default when absent (10 000); the trial's runs pass 8 000. */
   waitMs?: number;
+  /** A thread lock's holder silent this long loses the lock (the server ends its session). Default 30 000. */
+  threadLeaseMs?: number;
+  /** How long a send waits for a thread another send holds before ThreadBusyError. Default 60 000. */
+  threadWaitMs?: number;
+}
+
+/** A send that waited its bound for a thread another send holds: nothing of this message ran here; send it again (same id). */
+export class ThreadBusyError extends Error {
+  readonly code = "thread_busy";
+  constructor(readonly threadId: string, readonly waitedMs: number) {
+    super(`thread ${threadId} is answering another message; still busy after ${waitedMs} ms`);
+  }
+}
+
+/**
+ * The one connection a send holds its thread's lock on, as PostgresSaver uses a pool: connect() hands
+ * it out to one caller at a time (each of PostgresSaver's writes is its own BEGIN ... COMMIT on it).
+ * Every checkpoint read and write of the send goes over the lock's own session, so a write can reach the
+ * server only while the lock is held: a session that lost it (ended by the server) carries nothing more.
+ */
+class LockSessionPool {
+  private queue: Promise<void> = Promise.resolve();
+  constructor(private readonly session: pg.Client) {}
+  async connect() {
+    let done!: () => void;
+    const previous = this.queue;
+    this.queue = new Promise<void>((resolve) => (done = resolve));
+    await previous;
+    return { query: (text: string, values?: unknown[]) => this.session.query(text, values), release: () => done() };
+  }
+  async query(text: string, values?: unknown[]) {
+    const client = await this.connect();
+    try {
+      return await client.query(text, values);
+    } finally {
+      client.release();
+    }
+  }
+  async end() {}
 }
 
 /**
@@ -202,20 +247,73 @@ export async function openApp(options: AppOptions) {
   }
 
   const retryPolicy = { maxAttempts: 3, initialInterval: 50, jitter: false, logWarning: false };
-  const graph = new StateGraph(GraphState)
+  const builder = new StateGraph(GraphState)
     .addNode("agent", agent, { retryPolicy })
     .addNode("tools", plant === "toolnode" ? prebuiltTools : tools, { retryPolicy })
     .addEdge(START, "agent")
     .addConditionalEdges("agent", (s: State) => ((s.messages.at(-1) as AIMessage | undefined)?.tool_calls?.length ? "tools" : END), ["tools", END])
-    .addEdge("tools", "agent")
-    .compile({ checkpointer });
+    .addEdge("tools", "agent");
+  const graph = builder.compile({ checkpointer });
+  type Graph = typeof graph;
+
+  const threadLeaseMs = options.threadLeaseMs ?? 30_000;
+  const threadWaitMs = options.threadWaitMs ?? 60_000;
+  /**
+   * Runs `work` holding the thread's lock: a thread answers its messages one at a time (TURN-9, TURN-10).
+   * LangGraph has no turn lease: two different messages run at once both read `turns` from the same
+   * checkpoint, both pay under one turn index, and both commit, as two branches of which getState shows one.
+   * The lock is a PostgreSQL session advisory lock on a connection of its own, and:
+   * - the graph `work` gets writes its checkpoints over that same session (LockSessionPool): the lock is
+   *   the fence. A holder whose session the server ended writes nothing more; a write that reached the
+   *   server ran while its session held the lock.
+   * - a holder that dies (SIGKILL, a crash) drops the connection, and with it the lock, at once;
+   * - a holder that stops (SIGSTOP, a frozen VM, a partition) stops its heartbeat, and the server ends its
+   *   idle session after threadLeaseMs (idle_session_timeout; idle_in_transaction_session_timeout inside
+   *   one of the checkpointer's transactions): the lock is a lease that expires, without a paused holder
+   *   writing after it (its next checkpoint write fails, and its client is told to send again);
+   * - a sender that finds the lock held waits up to threadWaitMs (lock_timeout), then ThreadBusyError.
+   */
+  async function withThread<T>(threadId: string, work: (graph: Graph) => Promise<T>): Promise<T> {
+    if (plant === "no-thread-lock") return work(graph);
+    const session = new pg.Client({ connectionString: options.databaseUrl });
+    // The server ended the session (the lease ran out while this process was stopped): the next query
+    // through it fails, which is what stops this holder's writes. Not an unhandled 'error' event.
+    session.on("error", () => {});
+    await session.connect();
+    let heartbeat: NodeJS.Timeout | undefined;
+    try {
+      if (plant !== "lock-no-expiry") {
+        const ms = Math.ceil(threadLeaseMs);
+        await session.query(`SET idle_session_timeout = ${ms}; SET idle_in_transaction_session_timeout = ${ms}`);
+      }
+      await session.query(`SET lock_timeout = ${Math.ceil(threadWaitMs)}`);
+      try {
+        await session.query("SELECT pg_advisory_lock(hashtext($1), hashtext($2))", [`${options.schema}_cp`, threadId]);
+      } catch (error) {
+        if ((error as { code?: string }).code === "55P03") throw new ThreadBusyError(threadId, threadWaitMs);
+        throw error;
+      }
+      await session.query("SET lock_timeout = 0");
+      // While this process runs, its session is never idle for threadLeaseMs; stopped, it is.
+      if (plant !== "lock-no-expiry") heartbeat = setInterval(() => void session.query("SELECT 1").catch(() => {}), Math.max(1, Math.floor(threadLeaseMs / 3)));
+      const saver = plant === "lock-unfenced" ? checkpointer : new PostgresSaver(new LockSessionPool(session) as never, undefined, { schema: `${options.schema}_cp` });
+      return await work(builder.compile({ checkpointer: saver }));
+    } finally {
+      clearInterval(heartbeat);
+      await session.end().catch(() => {}); // ends the session, and with it the lock
+    }
+  }
 
   /**
    * Send a user message, idempotent on its id (minted by the client, sent again unchanged on a retry):
    * LangGraph appends every input, so without this a client's retry of a message that was answered
    * (its reply lost) is a new human message, a new turn index, and a second payment.
    */
-  async function send(threadId: string, messageId: string, text: string, extra: Record<string, unknown> = {}): Promise<{ told: Told[]; answeredBefore: boolean; interrupted: unknown[] | undefined }> {
+  type Sent = { told: Told[]; answeredBefore: boolean; interrupted: unknown[] | undefined };
+  async function send(threadId: string, messageId: string, text: string, extra: Record<string, unknown> = {}): Promise<Sent> {
+    return withThread(threadId, (graph) => sendHolding(graph, threadId, messageId, text, extra));
+  }
+  async function sendHolding(graph: Graph, threadId: string, messageId: string, text: string, extra: Record<string, unknown>): Promise<Sent> {
     const config = { configurable: { thread_id: threadId, ...extra } };
     const current = await graph.getState(config);
     const messages = (current.values.messages ?? []) as BaseMessage[];
@@ -232,7 +330,7 @@ export async function openApp(options: AppOptions) {
     const input = pending ? null : { messages: [new HumanMessage({ id: messageId, content: text })] };
     const state = await graph.invoke(input, { ...config, ...(options.durability ? { durability: options.durability } : {}) });
     if (pending && at < 0 && state.messages.every((m) => m.id !== messageId) && !(state as { __interrupt__?: unknown[] }).__interrupt__) {
-      return send(threadId, messageId, text, extra); // the earlier message is answered now; this one next
+      return sendHolding(graph, threadId, messageId, text, extra); // the earlier message is answered now; this one next
     }
     const after = state.messages.findIndex((m) => m.id === messageId);
     return { told: toldAfter(state, after), answeredBefore: false, interrupted: (state as { __interrupt__?: unknown[] }).__interrupt__ };
@@ -241,6 +339,7 @@ export async function openApp(options: AppOptions) {
   return {
     graph,
     send,
+    withThread,
     checkpointer,
     ledger,
     pool,
@@ -251,9 +350,14 @@ export async function openApp(options: AppOptions) {
   };
 }
 
-/** What the committed state tells of the write calls made after the message at index `at`. */
+/**
+ * What the committed state tells of the write calls that answer the message at index `at`: those after it,
+ * up to the thread's next user message (a re-send of an earlier message is not told a later one's payments).
+ */
 function toldAfter(state: State, at: number): Told[] {
-  const calls = new Set(state.messages.slice(at + 1).flatMap((m) => (AIMessage.isInstance(m) ? (m.tool_calls ?? []).map((c) => c.id) : [])));
+  const rest = state.messages.slice(at + 1);
+  const next = rest.findIndex((m) => HumanMessage.isInstance(m));
+  const calls = new Set((next < 0 ? rest : rest.slice(0, next)).flatMap((m) => (AIMessage.isInstance(m) ? (m.tool_calls ?? []).map((c) => c.id) : [])));
   return state.told.filter((t) => calls.has(t.callId));
 }
 
@@ -273,6 +377,7 @@ function tellOutcome(callId: string, outcome: DispatchOutcome): Told {
 
 /** What the user is told when an invoke itself fails (the error escaped the graph). */
 export function tellError(error: unknown): { status: Told["status"] | "unknown"; text: string } {
+  if (error instanceof ThreadBusyError) return { status: "unknown", text: `not answered yet (${error.message}); send the same message again` };
   const entry = catalogueEntry(error);
   if (entry === undefined) {
     const name = (error as Error)?.constructor?.name ?? "Error";

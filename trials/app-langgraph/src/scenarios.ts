@@ -29,7 +29,7 @@ await admin.end();
 let onPayment: ((reference: string) => void) | undefined;
 const payments = await startMockPayments({ requireIdempotencyKey: true, onEffect: (e) => onPayment?.(String((e.payload as { reference?: unknown }).reference)) });
 const provider = await startMockProvider({ seed: "langgraph-trial", script, keepAliveTimeoutMs: 65_000 });
-const common = { databaseUrl: DATABASE_URL, schema: SCHEMA, paymentsUrl: payments.url, providerUrl: provider.baseURL, plant: PLANT, leaseMs: 3_000, waitMs: 8_000 };
+const common = { databaseUrl: DATABASE_URL, schema: SCHEMA, paymentsUrl: payments.url, providerUrl: provider.baseURL, plant: PLANT, leaseMs: 3_000, waitMs: 8_000, threadLeaseMs: 3_000, threadWaitMs: 20_000 };
 const app = await openApp(common);
 
 interface Judged { name: string; pass: boolean; lines: string[] }
@@ -88,7 +88,8 @@ async function ask(config: { configurable: Record<string, unknown> }, text: stri
       return { told: r.told, interrupted, interruptTold: interrupted?.[0]?.value?.told ?? [] };
     }
     const input = resume !== undefined ? new Command({ resume }) : null;
-    const state = await app.graph.invoke(input as never, config as never);
+    // Every run of a thread's graph holds its lock, a resume or a fork's run as a new message.
+    const state = await app.withThread(String(config.configurable.thread_id), (graph) => graph.invoke(input as never, config as never));
     const interrupted = (state as { __interrupt__?: Array<{ value?: { told?: Told[] } }> }).__interrupt__;
     return { told: (state.told as Told[]).slice(before), interrupted, interruptTold: interrupted?.[0]?.value?.told ?? [] };
   } catch (error) {
@@ -227,12 +228,22 @@ if (run("3c")) {
 const worker = fileURLToPath(new URL("./worker.js", import.meta.url));
 /** Runs one process of the app on a message; killOn: SIGKILL it inside the payment of that reference. */
 async function runWorker(env: NodeJS.ProcessEnv, killOn?: string) {
+  const started = startWorker(env);
+  if (killOn !== undefined) onPayment = (reference) => void (reference === killOn && started.child.kill("SIGKILL"));
+  const result = await started.done;
+  onPayment = undefined;
+  return result;
+}
+/** Starts one process of the app; `done` settles when it exits, with what it told its user. */
+function startWorker(env: NodeJS.ProcessEnv) {
   const child = spawn(process.execPath, [worker], { env, stdio: ["ignore", "pipe", "inherit"] });
   let out = "";
   child.stdout.on("data", (d: Buffer) => (out += d.toString()));
-  if (killOn !== undefined) onPayment = (reference) => void (reference === killOn && child.kill("SIGKILL"));
+  return { child, done: workerDone(child, () => out) };
+}
+async function workerDone(child: ReturnType<typeof spawn>, output: () => string) {
   const code = await new Promise<number | null>((resolve) => child.on("exit", (c, signal) => resolve(signal === "SIGKILL" ? -9 : c)));
-  onPayment = undefined;
+  const out = output();
   const line = out.trim().split("\n").at(-1);
   const parsed = line ? (JSON.parse(line) as { told: Told[]; answeredBefore?: boolean; error?: { status: string; text: string } }) : { told: [] as Told[] };
   const told = [...parsed.told];
@@ -323,6 +334,136 @@ if (run("6b")) {
   const config = thread("s6b");
   const r = await ask(config, "pay frank 6100 R6b EUX");
   await judge("6b payments API refuses (400 invalid currency EUX)", "R6b", 0, r.told, config);
+}
+
+// 7. Two different messages at once on one thread. LangGraph OSS has no turn lease: both invokes read the
+// same checkpoint. The overlap is forced: the first message's model response is held until the second
+// send is either waiting for the thread's lock or done.
+const hold = (text: string) => provider.setFaultRules([{ bodyContains: text, times: 1, fault: { kind: "hold", at: { event: 0 } } }]);
+/** Sends waiting for the thread lock of this trial's checkpoint schema (pg_locks: an advisory lock not granted). */
+async function lockWaiters(): Promise<number> {
+  const r = await app.pool.query(
+    "SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND objsubid = 2 AND classid::bigint = (hashtext($1)::bigint & 4294967295)",
+    [`${SCHEMA}_cp`]);
+  return (r.rows[0] as { n: number }).n;
+}
+/** Resolves once `second` settled or a send waits for the lock (a synchronisation, not a timing assert). */
+async function secondWaitsOrEnds(second: Promise<unknown>) {
+  let settled = false;
+  void second.finally(() => (settled = true)).catch(() => {});
+  while (!settled && (await lockWaiters()) === 0) await new Promise((resolve) => setTimeout(resolve, 25));
+  return settled ? "the second send ended while the first was held" : "the second send waited for the thread's lock";
+}
+const settledTold = (r: PromiseSettledResult<{ told: Told[] }>): Told[] =>
+  r.status === "fulfilled" ? r.value.told : [{ callId: "-", tool: "invoke", status: "may_have_happened", text: tellError(r.reason).text }];
+/** Leaves of the thread's checkpoint history: more than one is two branches, of which getState shows one. */
+async function branches(config: object) {
+  const ids: string[] = [];
+  const parents = new Set<string>();
+  for await (const snap of app.graph.getStateHistory(config as never)) {
+    ids.push(String(snap.config.configurable?.checkpoint_id));
+    if (snap.parentConfig) parents.add(String(snap.parentConfig.configurable?.checkpoint_id));
+  }
+  return { checkpoints: ids.length, leaves: ids.filter((id) => !parents.has(id)).length };
+}
+/**
+ * Judges two clients' messages on one thread: the effect log holds `expected` payments of the references,
+ * the thread's committed state (getState: the newest checkpoint's branch) holds both messages and exactly
+ * those payments, and each client was told one payment, its own (distinct ids, together the effect log's).
+ */
+async function judgeTwo(name: string, references: string[], expected: number, clients: Array<{ label: string; messageId: string; told: Told[] }>, config: object, extra: string[] = [], extraPass = true) {
+  const effectIds = [...new Set(references)].flatMap((r) => effectsOf(r).map((e) => e.resourceId));
+  const state = await app.graph.getState(config as never);
+  const messages = (state.values.messages ?? []) as BaseMessage[];
+  const committed = committedPayments(messages);
+  const toldIds = clients.map((c) => c.told.filter((t) => t.status === "happened").map((t) => t.paymentId ?? "?"));
+  const missing = clients.filter((c) => !messages.some((m) => m.id === c.messageId)).map((c) => c.messageId);
+  const { checkpoints, leaves } = await branches(config);
+  const checks: Array<[string, boolean]> = [
+    [`effect log: ${effectIds.length} payment(s) for ${[...new Set(references)].join(", ")} (expected ${expected}) ${JSON.stringify(effectIds)}`, effectIds.length === expected],
+    [`checkpoint committed ${JSON.stringify(committed)}; messages of the thread missing from it: ${JSON.stringify(missing)} (history: ${checkpoints} checkpoints, ${leaves} branch(es))`, sameSet(committed, effectIds) && missing.length === 0],
+    [`told ${clients.map((c, i) => `${c.label} ${JSON.stringify(toldIds[i])}`).join(", ")}`,
+      toldIds.every((ids) => ids.length === 1) && sameSet(toldIds.flat(), effectIds)],
+  ];
+  const lines = [...checks.map(([text, ok]) => `  ${ok ? "ok  " : "FAIL"} ${text}`), ...extra.map((t) => `       ${t}`)];
+  for (const c of clients) for (const t of c.told) lines.push(`       ${c.label} told: ${t.status}: ${t.text}`);
+  const pass = checks.every(([, ok]) => ok) && extraPass;
+  verdicts.push({ name, pass, lines });
+  console.log(`${pass ? "PASS" : "FAIL"} ${name}\n${lines.join("\n")}`);
+}
+
+// 7a: two different payments; 7b: the same ask sent twice as two messages (two ids), which the runner,
+// one message after the other, answers with two payments (two turn indexes). Two app instances.
+for (const [id, first, second, references] of [
+  ["7a", "pay bob 2100 R7a1", "pay carol 3300 R7a2", ["R7a1", "R7a2"]],
+  ["7b", "pay dan 2200 R7b", "pay dan 2200 R7b", ["R7b"]],
+] as const) {
+  if (!run(id)) continue;
+  const other = await openApp({ ...common, owner: "second-instance" });
+  const config = thread(`s${id}`);
+  const threadId = config.configurable.thread_id;
+  hold(first);
+  const a = app.send(threadId, `m-${id}-1`, first);
+  await provider.waitForHold(undefined, { timeoutMs: 30_000 });
+  const b = other.send(threadId, `m-${id}-2`, second);
+  const overlap = await secondWaitsOrEnds(b);
+  provider.release();
+  provider.setFaultRules([]);
+  const [ra, rb] = await Promise.allSettled([a, b]);
+  await judgeTwo(id === "7a" ? "7a two different messages at once on one thread (two app instances): two payments" : "7b the same ask sent twice at once as two messages (two ids): two payments, as the runner makes them one after the other",
+    [...references], 2, [{ label: "client 1", messageId: `m-${id}-1`, told: settledTold(ra) }, { label: "client 2", messageId: `m-${id}-2`, told: settledTold(rb) }], config, [overlap]);
+  await other.close();
+}
+
+// 7c, 7d: the first message's process dies (SIGKILL) or stops (SIGSTOP) inside its payment while the
+// second message waits for the thread. A dead holder's connection ends and the lock with it. A stopped
+// holder's session idles past threadLeaseMs and the server ends it; when it runs again, nothing it writes
+// may reach the checkpoint (its writes go over that session). Its client then sends its message again.
+for (const [id, signal] of [["7c", "SIGKILL"], ["7d", "SIGSTOP"]] as const) {
+  if (!run(id)) continue;
+  const config = thread(`s${id}`);
+  const threadId = config.configurable.thread_id;
+  const firstText = `pay gus ${id === "7c" ? 7100 : 7300} R${id}1`;
+  const aEnv = workerEnv(threadId, firstText, { MESSAGE_ID: `m-${id}-1`, DURABILITY: "sync" });
+  hold(firstText);
+  const a = startWorker(aEnv);
+  await provider.waitForHold(undefined, { timeoutMs: 30_000 });
+  let signalled = false;
+  onPayment = (reference) => {
+    if (reference !== `R${id}1` || signalled) return;
+    signalled = true;
+    a.child.kill(signal);
+  };
+  const b = app.send(threadId, `m-${id}-2`, `pay hal 7200 R${id}2`);
+  const overlap = await secondWaitsOrEnds(b);
+  provider.release();
+  provider.setFaultRules([]);
+  const rb = (await Promise.allSettled([b]))[0];
+  onPayment = undefined;
+  const extra = [overlap, `first process: ${signal} inside its payment (${signalled ? "sent" : "never sent: it made no payment"})`];
+  let aTold: Told[] = [];
+  let writtenAfterResume = 0;
+  if (signal === "SIGSTOP") {
+    const before = (await branches(config)).checkpoints;
+    a.child.kill("SIGCONT");
+    const resumed = await a.done;
+    aTold = resumed.told;
+    writtenAfterResume = (await branches(config)).checkpoints - before;
+    extra.push(`the stopped process, run again once the second message was answered, exited ${resumed.code}; checkpoints it wrote after: ${writtenAfterResume}`);
+    for (const t of resumed.told) extra.push(`client 1's first send told: ${t.status}: ${t.text}`);
+  } else {
+    const killed = await a.done;
+    extra.push(`first process exited ${killed.code === -9 ? "killed (SIGKILL)" : killed.code}`);
+  }
+  // The first client never heard back (or was told to send again): it sends its message again.
+  const resend = await runWorker(aEnv);
+  extra.push(`client 1's re-send answered from the checkpoint: ${resend.answeredBefore}`);
+  const effectIds = effectsOf(`R${id}1`).map((e) => e.resourceId);
+  // What the stopped process told its own client must be true: nothing, "send again", or the payment made.
+  const firstTrue = aTold.every((t) => t.status !== "happened" || effectIds.includes(t.paymentId ?? "?")) && aTold.every((t) => t.status !== "did_not_happen");
+  await judgeTwo(`${id} the first message's process ${signal === "SIGKILL" ? "killed" : "stopped (SIGSTOP)"} inside its payment while a second message waits for the thread`,
+    [`R${id}1`, `R${id}2`], 2, [{ label: "client 1 (re-send)", messageId: `m-${id}-1`, told: resend.told }, { label: "client 2", messageId: `m-${id}-2`, told: settledTold(rb) }], config,
+    extra, signalled && writtenAfterResume === 0 && firstTrue);
 }
 
 await app.close();

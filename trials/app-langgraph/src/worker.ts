@@ -18,6 +18,8 @@ const app = await openApp({
   durability: (process.env.DURABILITY ?? "async") as "async" | "sync" | "exit",
   // CORE_LEASES=1: core's default lease and wait (30 s, 10 s); otherwise the trial's 3 s and 8 s.
   ...(process.env.CORE_LEASES === "1" ? {} : { leaseMs: 3_000, waitMs: 8_000 }),
+  threadLeaseMs: 3_000, // the thread lock: a stopped holder loses it after 3 s; a sender waits up to 20 s
+  threadWaitMs: 20_000,
 });
 const config = { configurable: { thread_id: env("THREAD") } };
 let told: Told[] = [];
