@@ -294,9 +294,11 @@ export async function openApp(options: AppOptions) {
         throw error;
       }
       await session.query("SET lock_timeout = 0");
-      // While this process runs, its session is never idle for threadLeaseMs; stopped, it is.
-      if (plant !== "lock-no-expiry") heartbeat = setInterval(() => void session.query("SELECT 1").catch(() => {}), Math.max(1, Math.floor(threadLeaseMs / 3)));
-      const saver = plant === "lock-unfenced" ? checkpointer : new PostgresSaver(new LockSessionPool(session) as never, undefined, { schema: `${options.schema}_cp` });
+      const sessionPool = new LockSessionPool(session);
+      // While this process runs, its session is never idle for threadLeaseMs; stopped, it is. Through the
+      // one-caller pool: pg 8 deprecates a query sent while another runs on the same client.
+      if (plant !== "lock-no-expiry") heartbeat = setInterval(() => void sessionPool.query("SELECT 1").catch(() => {}), Math.max(1, Math.floor(threadLeaseMs / 3)));
+      const saver = plant === "lock-unfenced" ? checkpointer : new PostgresSaver(sessionPool as never, undefined, { schema: `${options.schema}_cp` });
       return await work(builder.compile({ checkpointer: saver }));
     } finally {
       clearInterval(heartbeat);

@@ -144,7 +144,8 @@ if (run("2c")) {
   const config = thread("s2c");
   const first = await app.send(config.configurable.thread_id, "m-s2c-1", "pay ines 700 R2c");
   const messages = (await app.graph.getState(config as never)).values.messages as BaseMessage[];
-  await app.graph.updateState(config as never, { messages: messages.map((m) => new RemoveMessage({ id: m.id ?? "" })) } as never);
+  // The app's own write to the thread: under the thread's lock, as every run of its graph.
+  await app.withThread(config.configurable.thread_id, (graph) => graph.updateState(config as never, { messages: messages.map((m) => new RemoveMessage({ id: m.id ?? "" })) } as never));
   const trimmed = ((await app.graph.getState(config as never)).values.messages as BaseMessage[]).length;
   const second = await app.send(config.configurable.thread_id, "m-s2c-2", "pay ines 700 R2c");
   const effects = effectsOf("R2c").map((e) => e.resourceId);
