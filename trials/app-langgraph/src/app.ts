@@ -263,7 +263,7 @@ export async function openApp(options: AppOptions) {
    * LangGraph has no turn lease: two different messages run at once both read `turns` from the same
    * checkpoint, both pay under one turn index, and both commit, as two branches of which getState shows one.
    * The lock is a PostgreSQL session advisory lock on a connection of its own, and:
-   * - the graph `work` gets writes its checkpoints over that same session (LockSessionPool): the lock is
+   * - the graph `work` is given writes its checkpoints over that same session (LockSessionPool): the lock is
    *   the fence. A holder whose session the server ended writes nothing more; a write that reached the
    *   server ran while its session held the lock.
    * - a holder that dies (SIGKILL, a crash) drops the connection, and with it the lock, at once;
@@ -272,6 +272,8 @@ export async function openApp(options: AppOptions) {
    *   one of the checkpointer's transactions): the lock is a lease that expires, without a paused holder
    *   writing after it (its next checkpoint write fails, and its client is told to send again);
    * - a sender that finds the lock held waits up to threadWaitMs (lock_timeout), then ThreadBusyError.
+   * The lock's key is (hashtext(checkpoint schema), hashtext(thread id)): two threads whose ids collide
+   * only wait for each other. A transaction-mode pooler (PgBouncer) cannot hold a session lock.
    */
   async function withThread<T>(threadId: string, work: (graph: Graph) => Promise<T>): Promise<T> {
     if (plant === "no-thread-lock") return work(graph);
