@@ -40,9 +40,10 @@ export interface Told {
  * one response share ordinal 0), "to-model" every dispatch error handed to the model as LlamaIndex's agent
  * does by default (no stop, no re-run), "no-stop-check" the model's stream taken as LlamaIndex hands it over
  * (no check that the response ended with message_stop and a usable stop reason), "object-result" the tool
- * returning the dispatch's result object (LlamaIndex refuses one holding a JSON null, after the payment).
+ * returning the dispatch's result object (LlamaIndex refuses one holding a JSON null, after the payment),
+ * "no-base" the turn index taken as the response's place in the run only, without the thread's counter.
  */
-export type Plant = "none" | "unguarded" | "random" | "per-call" | "to-model" | "no-stop-check" | "object-result";
+export type Plant = "none" | "unguarded" | "random" | "per-call" | "to-model" | "no-stop-check" | "object-result" | "no-base";
 
 export interface AppOptions {
   databaseUrl: string;
@@ -229,7 +230,7 @@ export async function openApp(options: AppOptions) {
 
   /** One run of LlamaIndex's agent over the thread's memory. */
   async function runOnce(threadId: string, text: string, base: number, memorySnapshot: string | undefined) {
-    const run: RunState = { base, step: -1, turn: undefined, calls: [], told: [], stop: undefined };
+    const run: RunState = { base: plant === "no-base" ? 0 : base, step: -1, turn: undefined, calls: [], told: [], stop: undefined };
     threadIds.set(run, threadId);
     // Anthropic's init has no baseURL: a session of our own carries it (and the SDK's retries: LlamaIndex's
     // default is 10; the app re-runs the agent instead).

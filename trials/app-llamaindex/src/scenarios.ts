@@ -113,6 +113,15 @@ if (run("2b")) {
   await judge("2b two identical payment calls in one response (the user asked twice): two payments", "R2b", 2, r.told, id);
 }
 
+// 2c. The same payment asked again in a later message of the thread: a new ask, a second payment.
+if (run("2c")) {
+  const id = thread("s2c");
+  const first = await ask(id, "pay ines 2200 R2c", "m-s2c-1");
+  const second = await ask(id, "pay ines 2200 R2c", "m-s2c-2");
+  await judge("2c the same payment asked again in a second message: a second payment", "R2c", 2, [...first.told, ...second.told], id,
+    [`first told ${JSON.stringify(first.told.map((t) => t.paymentId))}, second ${JSON.stringify(second.told.map((t) => t.paymentId))}`]);
+}
+
 // 2d. A model that calls a tool again when its result was an error, and no fault: one payment.
 if (run("2d")) {
   const id = thread("s2d");
@@ -223,7 +232,8 @@ if (run("5")) {
   const distinct = [...new Set(told.filter((t) => t.status === "happened").map((t) => t.paymentId ?? "?"))];
   await judge("5 the same message twice at once on two instances (double click)", "R5", 1,
     distinct.map((p) => ({ callId: "-", tool: "send_payment", status: "happened" as const, paymentId: p, text: `told to ${told.filter((t) => t.paymentId === p).length} click(s)` })), id,
-    told.map((t) => `click told: ${t.status}: ${t.text}`), told.every((t) => t.status === "happened"));
+    results.map((r, i) => `click ${i + 1}: runs ${r.attempts}, answered from the app's table after its run: ${r.answeredBefore}; told ${r.told.map((t) => `${t.status}: ${t.text}`).join(" | ")}`),
+    told.every((t) => t.status === "happened"));
   await other.close();
 }
 
