@@ -41,9 +41,10 @@ export interface Told {
  * does by default (no stop, no re-run), "no-stop-check" the model's stream taken as LlamaIndex hands it over
  * (no check that the response ended with message_stop and a usable stop reason), "object-result" the tool
  * returning the dispatch's result object (LlamaIndex refuses one holding a JSON null, after the payment),
- * "no-base" the turn index taken as the response's place in the run only, without the thread's counter.
+ * "no-base" the turn index taken as the response's place in the run only, without the thread's counter,
+ * "no-message-id" every send taken as a new message (no lookup of the client's message id).
  */
-export type Plant = "none" | "unguarded" | "random" | "per-call" | "to-model" | "no-stop-check" | "object-result" | "no-base";
+export type Plant = "none" | "unguarded" | "random" | "per-call" | "to-model" | "no-stop-check" | "object-result" | "no-base" | "no-message-id";
 
 export interface AppOptions {
   databaseUrl: string;
@@ -254,6 +255,7 @@ export async function openApp(options: AppOptions) {
    * its place in the run again, and the ledger answers the calls that ran.
    */
   async function send(threadId: string, messageId: string, text: string): Promise<{ told: Told[]; answeredBefore: boolean; attempts: number; error?: unknown }> {
+    if (plant === "no-message-id") messageId = `${messageId}-${Math.random()}`;
     const answered = await pool.query(`SELECT told FROM ${appSchema}.answers WHERE thread_id = $1 AND message_id = $2`, [threadId, messageId]);
     if (answered.rowCount) return { told: answered.rows[0].told as Told[], answeredBefore: true, attempts: 0 };
     const thread = await pool.query(`SELECT turns, memory FROM ${appSchema}.threads WHERE thread_id = $1`, [threadId]);
