@@ -14,6 +14,7 @@ import {
   Dispatcher,
   ToolRegistry,
   UnguardedDispatcher,
+  canonicalize,
   catalogueEntry,
   effectOf,
   isDispatchOnceError,
@@ -42,9 +43,11 @@ export interface Told {
  * (no check that the response ended with message_stop and a usable stop reason), "object-result" the tool
  * returning the dispatch's result object (LlamaIndex refuses one holding a JSON null, after the payment),
  * "no-base" the turn index taken as the response's place in the run only, without the thread's counter,
- * "no-message-id" every send taken as a new message (no lookup of the client's message id).
+ * "no-message-id" every send taken as a new message (no lookup of the client's message id), "no-carry" a
+ * re-run's write call dispatched at its own place in the run only (not at the place an earlier run of the
+ * same message dispatched it).
  */
-export type Plant = "none" | "unguarded" | "random" | "per-call" | "to-model" | "no-stop-check" | "object-result" | "no-base" | "no-message-id";
+export type Plant = "none" | "unguarded" | "random" | "per-call" | "to-model" | "no-stop-check" | "object-result" | "no-base" | "no-message-id" | "no-carry";
 
 export interface AppOptions {
   databaseUrl: string;
@@ -84,6 +87,13 @@ interface RunState {
   calls: Array<{ id: string; name: string; taken: boolean }>;
   told: Told[];
   stop: Error | undefined;
+  /** Write calls earlier runs of this message dispatched, each met at most once by this run (TURN-23). */
+  earlier: Array<{ turnIndex: number; name: string; identity: string; met: boolean }>;
+  /** This run's contexts at the turn indexes of earlier runs' calls it meets elsewhere. */
+  carriedTurns: Map<number, ReturnType<CallDispatcher["turn"]>>;
+  /** How many identical write calls this run dispatched at a turn index: the occurrence of the next. */
+  occurrences: Map<string, number>;
+  messageId: string;
 }
 
 export async function openApp(options: AppOptions) {
@@ -94,7 +104,9 @@ export async function openApp(options: AppOptions) {
   const appSchema = `${options.schema}_app`;
   await pool.query(`CREATE SCHEMA IF NOT EXISTS ${appSchema};
     CREATE TABLE IF NOT EXISTS ${appSchema}.threads (thread_id text PRIMARY KEY, turns int NOT NULL, memory text NOT NULL);
-    CREATE TABLE IF NOT EXISTS ${appSchema}.answers (thread_id text NOT NULL, message_id text NOT NULL, told jsonb NOT NULL, PRIMARY KEY (thread_id, message_id))`);
+    CREATE TABLE IF NOT EXISTS ${appSchema}.answers (thread_id text NOT NULL, message_id text NOT NULL, told jsonb NOT NULL, PRIMARY KEY (thread_id, message_id));
+    CREATE TABLE IF NOT EXISTS ${appSchema}.dispatched (thread_id text NOT NULL, message_id text NOT NULL, turn_index int NOT NULL, name text NOT NULL,
+      identity text NOT NULL, occurrence int NOT NULL, PRIMARY KEY (thread_id, message_id, turn_index, name, identity, occurrence))`);
 
   const registry = new ToolRegistry([...paymentTools(options.paymentsUrl)]);
   const plant = options.plant ?? "none";
@@ -197,7 +209,28 @@ export async function openApp(options: AppOptions) {
           const call = run.calls.find((c) => !c.taken && c.name === schema.name);
           if (call === undefined) throw new Error(`no call of ${schema.name} left in this response`);
           call.taken = true;
-          const context = run.turn ?? dispatcher.turn({ conversationId: threadOf(run), turnIndex: run.base + run.step });
+          let context = run.turn ?? dispatcher.turn({ conversationId: threadOf(run), turnIndex: run.base + run.step });
+          let turnIndex = run.base + run.step;
+          const definition = registry.get(schema.name);
+          const identity = definition.effect === "read" ? undefined : identityOf(definition, input);
+          if (identity !== undefined) {
+            // A failed run of this message may have dispatched this call at another place in its run (its
+            // model took another path on the re-run): dispatch it where that run did, so it meets that row.
+            const same = (e: RunState["earlier"][number]) => !e.met && e.name === schema.name && e.identity === identity;
+            const here = run.earlier.find((e) => same(e) && e.turnIndex === turnIndex);
+            const elsewhere = here ?? (plant === "no-carry" ? undefined : run.earlier.find(same));
+            if (elsewhere) elsewhere.met = true;
+            if (elsewhere && elsewhere.turnIndex !== turnIndex) {
+              turnIndex = elsewhere.turnIndex;
+              context = run.carriedTurns.get(turnIndex) ?? dispatcher.turn({ conversationId: threadOf(run), turnIndex });
+              run.carriedTurns.set(turnIndex, context);
+            }
+            // Recorded before the effect: a process killed inside the payment leaves this row for the re-run.
+            const slot = `${turnIndex}|${schema.name}|${identity}`;
+            const occurrence = run.occurrences.get(slot) ?? 0;
+            run.occurrences.set(slot, occurrence + 1);
+            await pool.query(`INSERT INTO ${appSchema}.dispatched VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING`, [threadOf(run), run.messageId, turnIndex, schema.name, identity, occurrence]);
+          }
           const request = plant === "random" ? { name: schema.name, input } : { name: schema.name, input, callId: call.id };
           try {
             const outcome: DispatchOutcome = await context.dispatch(request);
@@ -230,8 +263,13 @@ export async function openApp(options: AppOptions) {
   }
 
   /** One run of LlamaIndex's agent over the thread's memory. */
-  async function runOnce(threadId: string, text: string, base: number, memorySnapshot: string | undefined) {
-    const run: RunState = { base: plant === "no-base" ? 0 : base, step: -1, turn: undefined, calls: [], told: [], stop: undefined };
+  async function runOnce(threadId: string, messageId: string, text: string, base: number, memorySnapshot: string | undefined) {
+    const earlier = await pool.query(`SELECT turn_index, name, identity FROM ${appSchema}.dispatched WHERE thread_id = $1 AND message_id = $2 ORDER BY turn_index, occurrence`, [threadId, messageId]);
+    const run: RunState = {
+      base: plant === "no-base" ? 0 : base, step: -1, turn: undefined, calls: [], told: [], stop: undefined, messageId,
+      earlier: earlier.rows.map((r) => ({ turnIndex: r.turn_index as number, name: r.name as string, identity: r.identity as string, met: false })),
+      carriedTurns: new Map(), occurrences: new Map(),
+    };
     threadIds.set(run, threadId);
     // Anthropic's init has no baseURL: a session of our own carries it (and the SDK's retries: LlamaIndex's
     // default is 10; the app re-runs the agent instead).
@@ -267,7 +305,7 @@ export async function openApp(options: AppOptions) {
     let ran = 0;
     for (let attempt = 1; attempt <= attempts; attempt++) {
       ran = attempt;
-      const { run, memory, error } = await runOnce(threadId, text, base, snapshot);
+      const { run, memory, error } = await runOnce(threadId, messageId, text, base, snapshot);
       if (error !== undefined) {
         lastError = error;
         lastTold = run.told;
@@ -323,6 +361,15 @@ export async function openApp(options: AppOptions) {
       await pool.end();
     },
   };
+}
+
+/** The call's identity as its tool declares it (the identity fields, or every field), canonical JSON. */
+function identityOf(definition: { input: { safeParse(v: unknown): { success: boolean; data?: unknown } }; identity?: readonly string[] }, input: unknown): string | undefined {
+  const parsed = definition.input.safeParse(input);
+  if (!parsed.success) return undefined; // refused before any effect: nothing to carry
+  const data = parsed.data as Record<string, unknown>;
+  const fields = definition.identity ?? Object.keys(data);
+  return canonicalize(Object.fromEntries(fields.map((f) => [f, data[f] ?? null])));
 }
 
 function tellOutcome(callId: string, outcome: DispatchOutcome): Told {

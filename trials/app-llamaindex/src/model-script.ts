@@ -3,9 +3,18 @@
 // "refused": the model's response is stopped by a classifier inside the call's arguments (stop_reason "refusal").
 import { lastToolResults, lastUserPromptIndex, lastUserText, say, toolUse, turn, type Script } from "@dispatch-once/mock-provider";
 
+/** References whose next run reads the balance before it pays ("divergent": a model that takes another path on a re-run). */
+export const readFirst = new Set<string>();
+
 export const script: Script = (request) => {
   const text = lastUserText(request);
   const results = lastToolResults(request);
+  const divergent = /^pay (\S+) (\d+) (\S+) divergent$/.exec(text);
+  if (divergent && readFirst.has(divergent[3] ?? "")) {
+    const [, payee, amount, reference] = divergent;
+    if (results.length === 0) return turn(say("Checking the balance first."), toolUse("check_balance", {}));
+    if (results.every((r) => r.name === "check_balance")) return turn(say("Now paying."), toolUse("send_payment", { payee, amount: Number(amount), currency: "EUR", reference, memo: `Invoice ${reference}` }));
+  }
   if (results.length > 0) {
     const rounds = request.messages.slice(lastUserPromptIndex(request) + 1).filter((m) => m.role === "assistant").length;
     const failed = results.filter((r) => r.isError || /^error/i.test(r.content));
@@ -18,7 +27,7 @@ export const script: Script = (request) => {
     }
     return { content: [say(`Done. ${results.map((r) => `${r.name}: ${r.content}`).join("; ")}`)], stopReason: "end_turn" };
   }
-  const m = /^pay (\S+) (\d+) (\S+)(?: ([A-Z]{3}))?( and check balance| twice| refused)?( retrying)?$/.exec(text);
+  const m = /^pay (\S+) (\d+) (\S+)(?: ([A-Z]{3}))?( and check balance| twice| refused| divergent)?( retrying)?$/.exec(text);
   if (m === null) return turn(say(`I can only pay. You said: ${text}`));
   const [, payee, amount, reference, currency, more] = m;
   const pay = toolUse(
@@ -28,5 +37,6 @@ export const script: Script = (request) => {
   );
   if (more === " twice") return turn(say("Two payments."), pay, { ...pay }); // two identical calls in one response
   if (more === " refused") return { content: [say(`Paying ${reference}, refused.`), pay], stopReason: "refusal", stopDetails: { category: "cyber", explanation: "scripted refusal" } } as never;
+  if (more === " divergent") return turn(say("Paying."), pay);
   return more ? turn(say("Paying, then checking the balance."), pay, toolUse("check_balance", {})) : turn(say("Paying."), pay);
 };

@@ -13,7 +13,7 @@ import { startMockPayments } from "@dispatch-once/mock-payments";
 import { startMockProvider } from "@dispatch-once/mock-provider";
 import { openApp, type Plant, type Told } from "./app.js";
 import { ACCOUNT, paymentTools } from "./tools.js";
-import { script } from "./model-script.js";
+import { readFirst, script } from "./model-script.js";
 
 const DATABASE_URL = process.env.DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/test";
 const SCHEMA = process.env.TRIAL_SCHEMA ?? "h_triallama";
@@ -106,6 +106,25 @@ if (run("1")) {
     [`provider requests: ${outcomes("R1")}; runs: ${r.attempts}`, `tool_use ids the model sent: ${ids.join(", ")}`]);
 }
 
+// 7. The incident again, but the re-run's model reads the balance first and pays in its second response:
+// the payment lands at another place in the run, under another turn index. The app records each write call
+// before it dispatches it and dispatches the re-run's identical call where the failed run did (TURN-23).
+if (run("7")) {
+  let fired = false;
+  provider.setFaultPlan((request) => {
+    const body = JSON.stringify(request);
+    if (fired || !body.includes("R7") || !body.includes("tool_result")) return undefined;
+    fired = true;
+    readFirst.add("R7");
+    return { kind: "reset", at: { event: 4 } };
+  });
+  const id = thread("s7");
+  const r = await ask(id, "pay lena 7000 R7 divergent");
+  provider.setFaultPlan(undefined);
+  await judge("7 the incident, and a re-run whose model reads the balance before it pays", "R7", 1, r.told, id,
+    [`provider requests: ${outcomes("R7")}; runs: ${r.attempts}`]);
+}
+
 // 2b. The user asks for the same payment twice; the model makes two identical calls in one response.
 if (run("2b")) {
   const id = thread("s2b");
@@ -188,7 +207,8 @@ if (run("3f")) {
   child.stderr.on("data", (d: Buffer) => (err += d.toString()));
   const code = await new Promise<number | null>((resolve) => child.on("exit", (c) => resolve(c)));
   const firstError = err.split("\n").find((l) => /Error|terminated/.test(l)) ?? "";
-  probe("3f a model stream reset under LlamaIndex's agent as shipped (a probe, in a child process)", true, [
+  // Passes while LlamaIndex behaves as FRICTION 1 says (the process ends, run() never settles).
+  probe("3f a model stream reset under LlamaIndex's agent as shipped (a probe, in a child process)", code !== 0 && !out.includes("settled"), [
     `child exit code ${code}; run() ${out.includes("settled") ? out.trim() : "never settled"}`,
     `stderr: ${firstError.trim().slice(0, 160)}`]);
 }
