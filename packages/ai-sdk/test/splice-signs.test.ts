@@ -215,3 +215,76 @@ describe("spliceGuard's Gemini reading of candidate 0 and of every finishReason 
     expect(after.passed).toEqual([0]);
   });
 });
+
+describe("spliceGuard's reading of Vertex AI's streamed call arguments, part by part (AISDK-16)", () => {
+  // Chunks as @ai-sdk/google-vertex passes them raw behind a gateway that stripped responseId: the order of a streamed call's parts is all there is.
+  const v = (parts: unknown[], finishReason?: string) => ({ candidates: [{ content: { role: "model", parts }, ...(finishReason ? { finishReason } : {}), index: 0 }], modelVersion: "gemini-3-pro-preview" });
+  const begin = (name: string) => ({ functionCall: { name, willContinue: true } });
+  /** A string member's first piece: it goes on (`willContinue` inside partialArgs), and the call goes on (`willContinue` on the call) unless `callLevel` is false. */
+  const piece = (path: string, value: string, callLevel = true) => ({ functionCall: { partialArgs: [{ jsonPath: path, stringValue: value, willContinue: true }], ...(callLevel ? { willContinue: true } : {}) } });
+  const last = (path: string, value: string) => ({ functionCall: { partialArgs: [{ jsonPath: path, stringValue: value }], willContinue: true } });
+  const end = { functionCall: {} };
+  const thought = { text: "The user wants acme paid.", thought: true };
+  const finish = v([{ text: "" }], "STOP");
+
+  it("a whole body passes: thoughts, a call streamed with a string's first piece marked only inside partialArgs, its terminal part, a call ended by its last partialArgs and a stray terminal part after it", async () => {
+    for (const events of [
+      [v([thought]), v([begin("pay")]), v([piece("$.to", "ac", false)]), v([last("$.to", "me")]), v([end]), finish],
+      [v([begin("pay")]), v([{ functionCall: { partialArgs: [{ jsonPath: "$.to", stringValue: "acme" }] } }]), v([end]), v([{ text: "Paid." }]), finish],
+    ]) {
+      const r = await guarded(events, [{ type: "finish" }]);
+      expect(r.error, JSON.stringify(events)).toBeUndefined();
+      expect(r.passed).toEqual(events.map((_, i) => i));
+    }
+  });
+
+  it("fails at a thought, a text or a call's name while a call streams, at partialArgs with none streaming, and at a finishReason while a call streams", async () => {
+    const cases: [unknown[], RegExp, number[]][] = [
+      // The spliced response's thoughts come first: inside the cut call's arguments.
+      [[v([begin("pay")]), v([piece("$.to", "ac")]), v([thought])], /^a thought part while the arguments of pay were streaming/, [0, 1]],
+      [[v([begin("pay")]), v([piece("$.to", "ac")]), v([{ text: "Paying acme." }])], /^a text part while the arguments of pay were streaming/, [0, 1]],
+      // A string's piece that goes on only inside partialArgs still holds the call open.
+      [[v([begin("pay")]), v([piece("$.to", "ac", false)]), v([{ text: "Paying acme." }])], /^a text part while the arguments of pay were streaming/, [0, 1]],
+      [[v([begin("pay")]), v([piece("$.to", "ac")]), v([begin("pay")])], /^functionCall pay began while the arguments of pay were streaming/, [0, 1]],
+      // Headless, spliced after the first response's call ended: it begins inside its own call's arguments.
+      [[v([begin("pay")]), v([last("$.to", "acme")]), v([end]), v([piece("$.to", "ac")])], /^a functionCall's partialArgs with no call streaming/, [0, 1, 2]],
+      [[v([begin("pay")]), v([piece("$.to", "ac")]), finish], /^finishReason while the arguments of pay were streaming/, [0, 1]],
+    ];
+    for (const [events, sign, passed] of cases) {
+      const r = await guarded(events);
+      expect(StreamIncompleteError.isInstance(r.error), JSON.stringify(events)).toBe(true);
+      expect((r.error as StreamIncompleteError).streamError, JSON.stringify(events)).toMatch(sign);
+      expect(r.passed, JSON.stringify(events)).toEqual(passed);
+    }
+  });
+});
+
+describe("spliceGuard's Converse delta kinds (AISDK-16)", () => {
+  const start = { messageStart: { role: "assistant" } };
+  const delta = (i: number, d: Record<string, unknown>) => ({ contentBlockDelta: { contentBlockIndex: i, delta: d } });
+  const stop = (i: number) => ({ contentBlockStop: { contentBlockIndex: i } });
+  const toolInput = { toolUse: { input: '{"to":"acme"}' } };
+  const reasoning = { reasoningContent: { text: "The user wants acme paid." } };
+  const citation = { citation: { title: "Invoice 7", location: {} } };
+
+  it("a block keeps the kind its first delta gave: a tool use's input or reasoning into an open text block, a tool use's input into one a citation opened, fail", async () => {
+    const cases: [unknown[], RegExp][] = [
+      [[start, delta(0, { text: "Pay" }), delta(0, toolInput)], /^contentBlockDelta of toolUse at contentBlockIndex 0, whose block is a text/],
+      [[start, delta(0, { text: "Pay" }), delta(0, reasoning)], /^contentBlockDelta of reasoningContent at contentBlockIndex 0, whose block is a text/],
+      [[start, delta(0, citation), delta(0, toolInput)], /^contentBlockDelta of toolUse at contentBlockIndex 0, whose block is a text/],
+    ];
+    for (const [events, sign] of cases) {
+      const r = await guarded(events);
+      expect(StreamIncompleteError.isInstance(r.error), JSON.stringify(events)).toBe(true);
+      expect((r.error as StreamIncompleteError).streamError, JSON.stringify(events)).toMatch(sign);
+      expect(r.passed).toEqual([0, 1]);
+    }
+  });
+
+  it("a block started with another kind than a tool use (an image) takes its deltas: a whole body passes", async () => {
+    const events = [start, { contentBlockStart: { contentBlockIndex: 0, start: { image: { format: "png" } } } }, delta(0, { text: "x" }), stop(0), { messageStop: { stopReason: "end_turn" } }];
+    const r = await guarded(events, [{ type: "finish" }]);
+    expect(r.error).toBeUndefined();
+    expect(r.passed).toEqual(events.map((_, i) => i));
+  });
+});
