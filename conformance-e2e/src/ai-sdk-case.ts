@@ -283,7 +283,7 @@ async function vertexModel(mock: MockProvider, draw: VertexDraw): Promise<Provid
  * (the app's `fetch`: the mock's records keep what it sent). A line cut short by a fault is passed
  * on as it came, its id taken out by its text.
  */
-const withoutResponseIds: typeof fetch = async (input, init) => {
+export const withoutResponseIds: typeof fetch = async (input, init) => {
   const response = await fetch(input, init);
   if (response.body === null || !(response.headers.get("content-type") ?? "").includes("text/event-stream")) return response;
   const strip = (line: string): string => {

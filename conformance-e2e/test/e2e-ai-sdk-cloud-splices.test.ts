@@ -82,3 +82,65 @@ describe.each(["converse", "gemini"] as const)("the AI SDK profile's splices ove
     expect(String((error as Error).message)).toMatch(/AISDK-16: .*a call of the response a proxy spliced into another's body/);
   });
 });
+
+/** Below the guard on Gemini on Vertex AI: per model stream, whether a chunk named a response, and whether a streamed call's parts were broken by another's (a part the guard reads as a splice). */
+function vertexObserver(seen: { streams: number; named: number; broken: number }): LanguageModelMiddleware {
+  return {
+    specificationVersion: "v3",
+    wrapStream: async ({ doStream }) => {
+      const result = await doStream();
+      seen.streams++;
+      let streaming = false;
+      let named = false;
+      let broken = false;
+      // Counted at the part: the guard ends the stream there, and this transform sees no flush.
+      const broke = () => void (broken ? 0 : ((broken = true), seen.broken++));
+      const stream = result.stream.pipeThrough(
+        new TransformStream({
+          transform(part, controller) {
+            if (part.type === "raw" && isRecord(part.rawValue)) {
+              if (!named && typeof part.rawValue["responseId"] === "string") {
+                named = true;
+                seen.named++;
+              }
+              const candidates = Array.isArray(part.rawValue["candidates"]) ? (part.rawValue["candidates"] as unknown[]) : [];
+              const content = isRecord(candidates[0]) && isRecord(candidates[0]["content"]) ? candidates[0]["content"] : {};
+              for (const p of Array.isArray(content["parts"]) ? (content["parts"] as unknown[]) : []) {
+                if (!isRecord(p)) continue;
+                const call = isRecord(p["functionCall"]) ? p["functionCall"] : undefined;
+                if (call === undefined) {
+                  if (streaming && typeof p["text"] === "string" && p["text"] !== "") broke();
+                } else if (typeof call["name"] === "string") {
+                  if (streaming) broke();
+                  streaming = call["willContinue"] === true;
+                } else if (call["willContinue"] !== true) streaming = false;
+              }
+            }
+            controller.enqueue(part);
+          },
+        }),
+      );
+      return { ...result, stream };
+    },
+  };
+}
+
+describe("the AI SDK profile's splices over modelApi gemini-vertex behind the gateway that strips responseId (AISDK-16)", () => {
+  it(`AISDK-16 ${RUNS} runs: no chunk the app's model reads names a response, every splice lands inside a call's streamed arguments, and each shows there as a call broken by another response's part`, async () => {
+    const stats: Record<string, number> = {};
+    const seen = { streams: 0, named: 0, broken: 0 };
+    await runEndToEnd(memoryLedgerSubject(), {
+      provider: "ai-sdk",
+      aiSdk: { modelApi: "gemini-vertex", vertex: { responseIdsStripped: true }, spliceMiddleware: [spliceGuard(), vertexObserver(seen)] },
+      runs: RUNS,
+      seed: SEED,
+      shrinkTimeLimitMs: 0,
+      onStats: (s) => Object.assign(stats, s),
+    });
+    expect(seen.streams).toBeGreaterThan(0);
+    expect(seen.named, "streams whose chunks still named their response behind the gateway").toBe(0);
+    expect(stats.splices, JSON.stringify(stats)).toBeGreaterThan(0);
+    expect(stats.splices_in_streamed_args, JSON.stringify(stats)).toBe(stats.splices);
+    expect(seen.broken, JSON.stringify({ stats, seen })).toBeGreaterThanOrEqual(stats.splices!);
+  });
+});

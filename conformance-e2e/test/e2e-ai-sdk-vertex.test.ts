@@ -1,7 +1,9 @@
 import fc from "fast-check";
 import { memoryLedgerSubject } from "@dispatch-once/conformance/ledger";
 import { describe, expect, it } from "vitest";
-import { aiSdkCloudImports, vertexDrawOf } from "../src/ai-sdk-case.js";
+import { createServer } from "node:http";
+import type { AddressInfo } from "node:net";
+import { aiSdkCloudImports, vertexDrawOf, withoutResponseIds } from "../src/ai-sdk-case.js";
 import { aiSdkScenarioArbitrary } from "../src/ai-sdk-scenario.js";
 import { runEndToEnd } from "../src/index.js";
 
@@ -79,6 +81,37 @@ describe("aiSdk.vertex and gemini-vertex without its package", () => {
       await expect(runEndToEnd(memory, { provider: "ai-sdk", aiSdk: { modelApi: "gemini-vertex" }, runs: 1 })).rejects.toThrow('aiSdk.modelApi "gemini-vertex" needs @ai-sdk/google-vertex installed');
     } finally {
       aiSdkCloudImports["gemini-vertex"] = real;
+    }
+  });
+});
+
+describe("gemini-vertex: the gateway that strips responseId", () => {
+  it("AISDK-16 strips every chunk's responseId and nothing else (a chunk split across writes, CRLF kept, a line cut short by a fault), so a stripped-id case leaves the guard only the streamed call's order", async () => {
+    const chunk = (n: number) => JSON.stringify({ candidates: [{ content: { role: "model", parts: [{ functionCall: { name: "send_payment", willContinue: true } }] }, index: 0 }], responseId: `resp_${n}`, modelVersion: "gemini-3-pro-preview" });
+    // The mock's Vertex route writes CRLF; the last line is cut inside its JSON (a fault's cut).
+    const body = `data: ${chunk(1)}\r\n\r\ndata: ${chunk(2)}\r\n\r\ndata: ${chunk(3).slice(0, -10)}`;
+    const server = createServer((_req, res) => {
+      res.writeHead(200, { "content-type": "text/event-stream" });
+      // Split inside the first chunk's id: the gateway must join a line before it reads it.
+      const at = body.indexOf("resp_1") + 3;
+      res.write(body.slice(0, at));
+      setImmediate(() => res.end(body.slice(at)));
+    });
+    await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+    try {
+      const response = await withoutResponseIds(`http://127.0.0.1:${(server.address() as AddressInfo).port}/`);
+      const text = await response.text();
+      expect(body).toContain('"responseId":"resp_3"');
+      expect(text).not.toContain("responseId");
+      expect(text).not.toContain("resp_");
+      const lines = text.split("\n");
+      expect(lines.filter((l) => l.startsWith("data:"))).toHaveLength(3);
+      for (const line of lines.slice(0, -1)) expect(line.endsWith("\r"), JSON.stringify(line)).toBe(true);
+      const first = JSON.parse(lines[0]!.slice(5)) as Record<string, unknown>;
+      expect(first).toEqual({ ...(JSON.parse(chunk(1)) as Record<string, unknown>), responseId: undefined });
+      expect(first["modelVersion"]).toBe("gemini-3-pro-preview");
+    } finally {
+      server.close();
     }
   });
 });
