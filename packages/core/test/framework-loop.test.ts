@@ -36,10 +36,9 @@ describe("examples/framework-loop.ts: which errors go where (README, When a fram
   it("ERR-3 a re-sendable refusal whose effect did not happen (claim_released, not performed) goes to the framework's retry, not to the model; the re-run pays once", async () => {
     const { made, tool } = payments((reference, attempt) => (reference === "INV-503" && attempt === 1 ? "before" : undefined));
     // A durable store (as the app's would be): a not-performed first run then proves the call did not happen (fence 1).
-    class DurableLedger extends MemoryLedger {
-      override readonly capabilities = { ...this.capabilities, durability: "durable" as const };
-    }
-    const dispatcher = new Dispatcher({ tools: [tool], ledger: new DurableLedger(), logger: { warn: () => {} } });
+    const ledger = new MemoryLedger();
+    const durable = Object.assign(Object.create(ledger) as MemoryLedger, { capabilities: { ...ledger.capabilities, durability: "durable" as const } });
+    const dispatcher = new Dispatcher({ tools: [tool], ledger: durable, logger: { warn: () => {} } });
     const calls = [{ id: "toolu_a", name: "send_payment", args: { payee: "acme", amount: 7, reference: "INV-503" } }];
     // Told to the model as a tool error it would ask again in its next turn, under another key: a second payment later.
     await expect(runAssistantCalls(dispatcher, "thread-q13", 0, calls)).rejects.toMatchObject({ code: "claim_released", effectMayHaveHappened: false });
