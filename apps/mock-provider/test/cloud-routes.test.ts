@@ -6,7 +6,7 @@
  */
 import { crc32 } from "node:zlib";
 import { afterEach, describe, expect, it } from "vitest";
-import { signThinking, startMockProvider, type MockProvider } from "../src/index.js";
+import { messagesFromGemini, signThinking, startMockProvider, type MockProvider } from "../src/index.js";
 
 const providers: MockProvider[] = [];
 afterEach(async () => {
@@ -270,6 +270,30 @@ describe("Gemini on Vertex AI route", () => {
     const anonymous = await post(`${provider.url}${vertexGemini("gemini-2.5-flash", "generateContent")}`, body({}), {});
     expect([anonymous.status, ((await anonymous.json()) as any).error.code]).toEqual([403, 403]);
   });
+
+  it("AISDK-16 streamed partialArgs name each leaf by its JSON path (RFC 9535: $.a[0].b): put back together they are the call's arguments, arrays and nested objects included", async () => {
+    const provider = await start();
+    const args = { to: "acme", lines: [{ sku: "A-1", qty: 2 }, { sku: "B", qty: 1 }], tags: ["x", "yz"], note: { text: "Für Zoë", urgent: true } };
+    const request = {
+      contents: [{ role: "user", parts: [{ text: `call send_payment ${JSON.stringify(args)}` }] }],
+      tools: [{ functionDeclarations: [{ name: "send_payment", parameters: { type: "object" } }] }],
+      toolConfig: { functionCallingConfig: { streamFunctionCallArguments: true } },
+    };
+    const parts = await partsOf(await post(`${provider.url}${vertexGemini("gemini-3-pro-preview", "streamGenerateContent")}?alt=sse`, request, { authorization: "Bearer ya29.test" }));
+    const pieces = parts.flatMap((p) => (p["functionCall"]?.partialArgs ?? []) as { jsonPath: string; stringValue?: string; numberValue?: number; boolValue?: boolean }[]);
+    // A reader of RFC 9535's normalized paths: a member is .name, an array element [n].
+    const rebuilt: Record<string, unknown> = {};
+    for (const piece of pieces) {
+      const steps = [...piece.jsonPath.matchAll(/\.([A-Za-z_][A-Za-z0-9_]*)|\[(\d+)\]/g)].map((m) => (m[2] !== undefined ? Number(m[2]) : m[1]!));
+      expect(steps.map((s) => (typeof s === "number" ? `[${s}]` : `.${s}`)).join(""), piece.jsonPath).toBe(piece.jsonPath.slice(1));
+      let at: Record<string | number, unknown> = rebuilt;
+      steps.slice(0, -1).forEach((step, i) => (at = (at[step] ??= typeof steps[i + 1] === "number" ? [] : {}) as Record<string | number, unknown>));
+      const leaf = steps.at(-1)!;
+      const value = piece.stringValue ?? piece.numberValue ?? piece.boolValue;
+      at[leaf] = typeof value === "string" && typeof at[leaf] === "string" ? (at[leaf] as string) + value : value;
+    }
+    expect(rebuilt).toEqual(args);
+  });
 });
 
 describe("Vertex AI route", () => {
@@ -286,5 +310,23 @@ describe("Vertex AI route", () => {
     expect((await post(`${provider.vertexBaseURL}${vertexPath("claude-test", "rawPredict")}`, cloudBody, {})).status).toBe(401);
     const { anthropic_version: _, ...unversioned } = cloudBody;
     expect((await post(`${provider.vertexBaseURL}${vertexPath("claude-test", "rawPredict")}`, unversioned, auth)).status).toBe(400);
+  });
+});
+
+describe("a Gemini model turn sent back, as the mock reads it", () => {
+  it("AISDK-16 a turn's thought parts are its thinking block and nothing else: no text block of the thought, the signature on the block", () => {
+    const thought = "The user wants acme paid.";
+    const signature = signThinking(thought);
+    const body = {
+      contents: [
+        { role: "user", parts: [{ text: "pay acme" }] },
+        { role: "model", parts: [{ text: thought, thought: true }, { functionCall: { name: "send_payment", args: { to: "acme" } }, thoughtSignature: signature }] },
+      ],
+    };
+    const read = messagesFromGemini(body, "gemini-3-pro-preview", true) as { messages: { role: string; content: { type: string; text?: string; thinking?: string; signature?: string }[] }[] };
+    const turn = read.messages[1]!;
+    expect(turn.role).toBe("assistant");
+    expect(turn.content.map((b) => b.type)).toEqual(["thinking", "tool_use"]);
+    expect(turn.content[0]).toMatchObject({ thinking: thought, signature });
   });
 });
