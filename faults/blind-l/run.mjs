@@ -57,7 +57,7 @@ const env = {
   CONFORMANCE_E2E_AISDK_RUNS: process.env.CONFORMANCE_E2E_AISDK_RUNS ?? "20",
 };
 
-/** @typedef {{ name: string; dir: string; files?: string[]; grep?: string; own?: boolean; python?: string[] }} Catcher */
+/** @typedef {{ name: string; dir: string; files?: string[]; grep?: string; own?: boolean; python?: string[]; disk?: boolean }} Catcher */
 const pkgTests = (/** @type {string} */ pkg, own = false) => ({ name: `packages/${pkg} tests`, dir: `packages/${pkg}`, own });
 const byteCut = (/** @type {string[]} */ sides) => ({ name: `faults byte-cut (${sides.join(", ")})`, dir: "faults", files: sides.map((s) => `test/byte-cut-${s}.test.ts`) });
 const crash = { name: "faults crash", dir: "faults", files: ["test/crash.test.ts"] };
@@ -146,17 +146,56 @@ const CHAINS = {
   // every vector against it (the vectors were generated from it, so a mutant that changes an
   // answer meets the committed expectation).
   python: [{ name: "spec/reference python vectors", dir: "spec/reference", python: ["test_vectors.py"] }],
+  // Round Q: Gemini on Vertex AI's streamed call arguments and Converse's delta kinds
+  // (AISDK-16): ai-sdk's tests, the kit's AI SDK profiles (Vertex's own), the AI SDK byte cuts.
+  "ai-sdk-vertex-guard": [
+    pkgTests("ai-sdk", true),
+    kit("AI SDK profile over Gemini on Vertex AI", ["test/e2e-ai-sdk-vertex.test.ts", "test/e2e-ai-sdk-vertex-planted.test.ts"]),
+    kit("AI SDK profile over Converse and Gemini", ["test/e2e-ai-sdk-cloud.test.ts", "test/e2e-ai-sdk-cloud-planted.test.ts", "test/e2e-ai-sdk-cloud-splices.test.ts"]),
+    byteCut(["converse", "gemini", "vertex"]),
+  ],
+  // Round Q: core's framework-loop example (its tests import it from examples/) and the README's copy
+  // of it (read from disk by test/readme.test.ts: the patch is written to the file for the run).
+  "core-example": [pkgTests("core", true)],
+  "core-readme": [{ ...pkgTests("core"), name: "packages/core tests, README patched", disk: true }],
+  // Round Q: the kit's gemini-vertex draws and gateway: its Vertex tests, then the cloud splices, source-loaded.
+  "kit-vertex": [
+    kit("AI SDK profile over Gemini on Vertex AI, mutated", ["test/e2e-ai-sdk-vertex.test.ts", "test/e2e-ai-sdk-vertex-planted.test.ts"], true),
+    kit("AI SDK cloud profile and splices, mutated", ["test/e2e-ai-sdk-cloud.test.ts", "test/e2e-ai-sdk-cloud-splices.test.ts", "test/e2e-ai-sdk-chat.test.ts"], true),
+  ],
+  // Round Q: the mock's Vertex Gemini route: its own tests, ai-sdk's (google-vertex), the kit's Vertex profile, the Vertex byte cuts.
+  "mock-vertex": [
+    { name: "apps/mock-provider tests", dir: "apps/mock-provider", own: true },
+    pkgTests("ai-sdk"),
+    kit("AI SDK profile over Gemini on Vertex AI", ["test/e2e-ai-sdk-vertex.test.ts", "test/e2e-ai-sdk-vertex-planted.test.ts"]),
+    byteCut(["vertex", "gemini"]),
+  ],
+  // Round Q: the byte-cut harness itself (faults/test's modules, loaded by vite): the files that use it.
+  "faults-bytecut": [
+    { name: "faults byte-cut (bedrock, converse, vertex, gemini), mutated", dir: "faults", own: true, files: ["test/byte-cut-bedrock.test.ts", "test/byte-cut-converse.test.ts", "test/byte-cut-vertex.test.ts", "test/byte-cut-gemini.test.ts"] },
+    { name: "faults byte-cut (messages, tool-runner, ai-sdk, chat, responses), mutated", dir: "faults", own: true, files: ["test/byte-cut-messages.test.ts", "test/byte-cut-tool-runner.test.ts", "test/byte-cut-ai-sdk.test.ts", "test/byte-cut-chat.test.ts", "test/byte-cut-responses.test.ts"] },
+  ],
+  // Round Q: the runner's busy wait (TURN-10) behind a queue: its own tests, then the stream sides'.
+  "runner-busy": [pkgTests("runner", true), pkgTests("anthropic"), pkgTests("openai")],
   "kit-tabs": [kit("AI SDK tabs planted (AISDK-17), mutated", ["test/e2e-ai-sdk-tabs-planted.test.ts"], true), { ...e2eAiSdk, name: `${e2eAiSdk.name}, mutated`, own: true }],
 };
 
 /** Where a mutant's package lives: packages/<pkg>, or the kit's own directory. */
 const pkgDir = (/** @type {string} */ pkg) =>
-  pkg === "conformance-e2e" || pkg === "conformance" ? pkg : pkg === "mock-provider" ? "apps/mock-provider" : pkg === "spec-reference" ? "spec/reference" : `packages/${pkg}`;
+  pkg === "conformance-e2e" || pkg === "conformance" || pkg === "faults"
+    ? pkg
+    : pkg === "mock-provider"
+      ? "apps/mock-provider"
+      : pkg === "spec-reference"
+        ? "spec/reference"
+        : pkg === "core-example" || pkg === "core-readme"
+          ? "packages/core"
+          : `packages/${pkg}`;
 /**
  * Round P: packages whose mutants need no dist swapped: the ledger kit's (its own tests load its
  * source; its dist bundles the vectors at build time) and the Python reference's (run from a copy).
  */
-const NO_DIST = new Set(["conformance", "spec-reference"]);
+const NO_DIST = new Set(["conformance", "spec-reference", "core-example", "core-readme", "faults"]);
 
 /** Built entries besides dist/index.js that a package's tests run (a bin): swapped for the mutant's bundle too. */
 const BINS = { cli: ["cli"], core: ["internal/index"] };
@@ -219,6 +258,7 @@ function ownConfig(/** @type {string} */ dir) {
 
 /** Runs one catcher; resolves to what it said. */
 function runCatcher(/** @type {Catcher} */ catcher, /** @type {object | undefined} */ mutant) {
+  if (catcher.disk === true && mutant !== undefined) return onDisk(catcher, /** @type {{ id: string; abs: string; find: string; replace: string; marker: string }} */ (mutant));
   if (catcher.python !== undefined) return runPython({ ...catcher, python: catcher.python }, /** @type {{ id: string; abs: string; find: string; replace: string; marker: string } | undefined} */ (mutant));
   const report = join(tmp, "report.json");
   rmSync(report, { force: true });
@@ -259,6 +299,26 @@ function runCatcher(/** @type {Catcher} */ catcher, /** @type {object | undefine
       done({ verdict: "caught", test, seconds, ...(where !== undefined ? { file: where } : {}) });
     });
   });
+}
+
+/**
+ * A catcher whose tests read the mutated file from disk (round Q: a README): the patch is written to
+ * the file for this run alone and the file put back after it (and on SIGINT).
+ */
+let diskOriginal;
+async function onDisk(/** @type {Catcher} */ catcher, /** @type {{ id: string; abs: string; find: string; replace: string; marker: string }} */ mutant) {
+  const text = readFileSync(mutant.abs, "utf8");
+  const at = text.indexOf(mutant.find);
+  if (at < 0 || text.indexOf(mutant.find, at + 1) >= 0) throw new Error(`mutant ${mutant.id}: its patch occurs ${at < 0 ? "nowhere" : "more than once"} in ${mutant.abs}`);
+  diskOriginal = { file: mutant.abs, text };
+  writeFileSync(mutant.abs, text.slice(0, at) + mutant.replace + text.slice(at + mutant.find.length));
+  writeFileSync(mutant.marker, "applied\n");
+  try {
+    return await runCatcher({ ...catcher, disk: false }, undefined);
+  } finally {
+    writeFileSync(mutant.abs, text);
+    diskOriginal = undefined;
+  }
 }
 
 /**
@@ -312,6 +372,7 @@ function restore() {
 }
 process.on("SIGINT", () => {
   restore();
+  if (diskOriginal !== undefined) writeFileSync(diskOriginal.file, diskOriginal.text);
   process.exit(130);
 });
 
@@ -365,7 +426,7 @@ for (const m of mutants) {
   try {
     for (const catcher of chain) {
       const r = await runCatcher(catcher, { id: m.id, abs, find: m.find, replace: m.replace, marker });
-      if ((catcher.own || catcher.python !== undefined) && !existsSync(marker)) throw new Error(`mutant ${m.id}: no test of ${pkgDir(m.pkg)} loaded ${m.file}`);
+      if ((catcher.own || catcher.python !== undefined || catcher.disk === true) && !existsSync(marker)) throw new Error(`mutant ${m.id}: no test of ${pkgDir(m.pkg)} loaded ${m.file}`);
       entry.runs.push({ catcher: catcher.name, verdict: r.verdict, seconds: r.seconds });
       console.log(`${m.id} ${catcher.name}: ${r.verdict} (${r.seconds} s)${r.test ? ` — ${r.test}` : ""}`);
       if (r.verdict === "caught" && !firstOnly && r.file !== undefined) {

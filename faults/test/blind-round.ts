@@ -25,8 +25,21 @@ export function checkBlindRound(round: string): void {
           ? "conformance"
           : "conformance-e2e";
   // Where a mutant's package keeps the source it may patch (round P added the ledger kit, the mock provider and the Python reference).
+  // Round Q added core's examples and README (the framework loop shown to users) and the byte-cut harness's modules.
   const srcOf = (pkg: string) =>
-    pkg === "conformance-e2e" || pkg === "conformance" ? `${pkg}/src/` : pkg === "mock-provider" ? "apps/mock-provider/src/" : pkg === "spec-reference" ? "spec/reference/" : `packages/${pkg}/src/`;
+    pkg === "conformance-e2e" || pkg === "conformance"
+      ? `${pkg}/src/`
+      : pkg === "mock-provider"
+        ? "apps/mock-provider/src/"
+        : pkg === "spec-reference"
+          ? "spec/reference/"
+          : pkg === "core-example"
+            ? "packages/core/examples/"
+            : pkg === "core-readme"
+              ? "packages/core/README.md"
+              : pkg === "faults"
+                ? "faults/test/"
+                : `packages/${pkg}/src/`;
 
   describe(`blind round ${round.toUpperCase()}'s mutants still apply and keep their verdicts`, () => {
     it.each(mutants.map((m) => [m.id, m] as const))("%s applies once to its source, names a rule and has a catcher", (_id, m) => {
