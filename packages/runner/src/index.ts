@@ -39,6 +39,7 @@ export {
   DEFAULT_RESEND_WINDOW_MS,
   DEFAULT_STREAM_IDLE_TIMEOUT_MS,
   BUSY_LISTING_MS,
+  defaultBusyWaitMs,
   type RunnerEvent,
   type TurnRunnerOptions,
   type CallReport,

@@ -144,8 +144,9 @@ export interface TurnRunnerOptions {
    * How long send() waits while another worker holds the conversation before `conversation_busy`
    * (the message stays queued; re-send the same id). When the message itself is in progress under
    * that worker, the error lists the calls the ledger holds for it (`effects`, TURN-25), read
-   * within BUSY_LISTING_MS more.
-   * @default 30_000
+   * within BUSY_LISTING_MS more. Behind a job queue keep it above `turnLeaseMs` (the default is):
+   * a send that meets a dead holder waits out its lease and takes the message over.
+   * @default 30_000, or `turnLeaseMs` and a third of it when that is longer (40_000 at the default lease; `defaultBusyWaitMs`)
    * @example new TurnRunner(provider, { dispatcher, store, busyWaitMs: 5_000 })
    */
   busyWaitMs?: number;
@@ -202,6 +203,18 @@ export const DEFAULT_STREAM_IDLE_TIMEOUT_MS = 300_000;
  * `busyWaitMs` already, and a slow ledger must not hold it longer than this.
  */
 export const BUSY_LISTING_MS = 1_000;
+
+/**
+ * The default of `busyWaitMs` for a runner whose turn lease is `turnLeaseMs` (TURN-10): 30 s, or
+ * the lease and a third of it when that is longer. A dead holder's lease lapses at most a lease
+ * after its last renewal, which came before the send began; a third more covers the poll and some
+ * skew between the store's clock and this process's. A wait at or below the lease ends every send
+ * that meets a dead holder busy (a queue's every attempt, trials/app-bullmq) instead of taking the
+ * message over.
+ */
+export function defaultBusyWaitMs(turnLeaseMs: number): number {
+  return Math.max(30_000, turnLeaseMs + Math.ceil(turnLeaseMs / 3));
+}
 
 /** The default re-send window (TURN-12): the ledgers' default retention (24 h) less one hour. */
 export const DEFAULT_RESEND_WINDOW_MS = DEFAULT_RETENTION_MS - 60 * 60 * 1000;
@@ -632,7 +645,7 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
         if (driven.answered) answeredHere = true;
       } else {
         const waited = Date.now() - started;
-        if (waited >= (this.options.busyWaitMs ?? 30_000)) throw await this.busyError(conversationId, message.id, waited, current);
+        if (waited >= (this.options.busyWaitMs ?? defaultBusyWaitMs(this.leaseMs))) throw await this.busyError(conversationId, message.id, waited, current);
         await sleep(this.options.pollMs ?? 25);
       }
       const latest = await store.message(conversationId, message.id);
