@@ -5,6 +5,17 @@ import { payCall, world } from "./toy.js";
 
 const CONV = "conv-busy-default";
 
+/** A store whose message m1 a worker bound under a 60 s turn lease and then died (Date faked from here). */
+async function boundByDeadHolder(): Promise<MemoryConversationStore> {
+  vi.useFakeTimers({ toFake: ["Date"] });
+  const store = new MemoryConversationStore();
+  await store.appendUserMessage(CONV, { id: "m1", content: { role: "user", content: "pay acme" } });
+  const dead = await store.acquireLease(CONV, "worker-dead", 60_000);
+  if (!dead.acquired) throw new Error("the dead worker could not take the lease");
+  expect((await store.beginTurn(CONV, dead.fence))?.message.id).toBe("m1");
+  return store;
+}
+
 /**
  * A worker died holding the conversation's turn lease (a queue's stalled job, a SIGKILL) with the
  * message bound. Its redelivery or re-send must outlast that lease and take the message over; a
@@ -18,12 +29,7 @@ describe("TURN-10 the default busy wait outlasts a dead holder's turn lease", ()
   });
 
   it("with turnLeaseMs 60 s and no busyWaitMs, a re-send takes over the dead holder's message and pays once", async () => {
-    vi.useFakeTimers({ toFake: ["Date"] });
-    const store = new MemoryConversationStore();
-    await store.appendUserMessage(CONV, { id: "m1", content: { role: "user", content: "pay acme" } });
-    const dead = await store.acquireLease(CONV, "worker-dead", 60_000);
-    if (!dead.acquired) throw new Error("the dead worker could not take the lease");
-    expect((await store.beginTurn(CONV, dead.fence))?.message.id).toBe("m1");
+    const store = await boundByDeadHolder();
 
     const { runner, performed } = world((request) => (request === 1 ? [...payCall("toolu_1", "rent"), { t: "end" }] : [{ t: "text", index: 0, text: "paid" }, { t: "end" }]), false, {
       store,
@@ -42,12 +48,7 @@ describe("TURN-10 the default busy wait outlasts a dead holder's turn lease", ()
   });
 
   it("an explicit busyWaitMs below the lease still ends the send busy (the option wins over the default)", async () => {
-    vi.useFakeTimers({ toFake: ["Date"] });
-    const store = new MemoryConversationStore();
-    await store.appendUserMessage(CONV, { id: "m1", content: { role: "user", content: "pay acme" } });
-    const dead = await store.acquireLease(CONV, "worker-dead", 60_000);
-    if (!dead.acquired) throw new Error("the dead worker could not take the lease");
-    await store.beginTurn(CONV, dead.fence);
+    const store = await boundByDeadHolder();
     const { runner, performed } = world(() => [...payCall("toolu_1", "rent"), { t: "end" }], false, {
       store,
       runner: { turnLeaseMs: 60_000, busyWaitMs: 10_000, pollMs: 1 },
