@@ -56,9 +56,14 @@ describe.each(RUNNER_PROVIDERS)("a call deferred to a later turn of the same mes
     const message = expectReadable(error, SEED);
     expect(message).toMatch(/breaks CONF-2\): (CONF-2: )?payment \w+ \d+ \w+ c\d-m\d-r\d: performed (\d+) times for message "[^"]+" over its turns \d+ and \d+, which asked for it (once|\d+ times): its first turn left a call of it unanswered \(a re-run answered without it\) and the next turn's call is that ask made again/);
     const cx = (error as { counterexample?: { seed: number; path: string } }).counterexample!;
+    // The real runner on the same path: it passes every replay; the same race can go otherwise on a
+    // loaded host (no call left unanswered, so none to carry: a CI run of 18 minutes saw it), so the
+    // carry is looked for over up to 3 replays, as the plant's rejection is above.
     let seen: Record<string, number> = {};
-    await runEndToEnd(memory, { deploys: false, provider, runs: RUNS, seed: cx.seed, path: cx.path, onStats: (stats) => (seen = stats) });
-    expect(seen).toMatchObject({ property_cases: 1, replayed_passed: 1 });
+    for (let i = 0; i < 3 && !((seen.deferred_calls_carried ?? 0) > 0); i++) {
+      await runEndToEnd(memory, { deploys: false, provider, runs: RUNS, seed: cx.seed, path: cx.path, onStats: (stats) => (seen = stats) });
+      expect(seen).toMatchObject({ property_cases: 1, replayed_passed: 1 });
+    }
     expect(seen.deferred_calls_carried).toBeGreaterThan(0);
   }, 300_000);
 });
