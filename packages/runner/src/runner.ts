@@ -1520,7 +1520,7 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
    */
   private async busyError(conversationId: string, messageId: string, waited: number, current: StoredMessage): Promise<ConversationBusyError> {
     if (current.state !== "in_progress") return new ConversationBusyError(conversationId, messageId, waited);
-    const listing = current.turnIndex === undefined ? { ok: false as const, reason: "the store gave no turn index for the message in progress" } : await this.messageEffects(conversationId, current.turnIndex);
+    const listing = current.turnIndex === undefined ? { ok: false as const, reason: "the store gave no turn index for the message in progress" } : await this.messageEffects(conversationId, messageId, current.turnIndex);
     return new ConversationBusyError(conversationId, messageId, waited, { inProgress: true, ...(listing.ok ? { effects: listing.effects } : { effectsUnknown: listing.reason }) });
   }
 
@@ -1531,11 +1531,15 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
    * what its row says of its effect (RECORD-8's reading) and its stored request. Bounded: a busy
    * sender has waited already, and a ledger that does not answer must not hold it longer.
    */
-  private async messageEffects(conversationId: string, turnIndex: number): Promise<{ ok: true; effects: InProgressEffect[] } | { ok: false; reason: string }> {
+  private async messageEffects(conversationId: string, messageId: string, turnIndex: number): Promise<{ ok: true; effects: InProgressEffect[] } | { ok: false; reason: string }> {
     const listed = (async () => {
       try {
         const rows = await turnRowsOf(this.dispatcherLedger(), conversationId, turnIndex, { andLater: true });
         if (rows === undefined) return { ok: false as const, reason: "the dispatcher's ledger does not list rows (capabilities.supports.listRows)" };
+        // A row at the index this message took from a failed one (TURN-12) may be that message's
+        // call: its failed-turn record lists the key, and the entry names it, so that a user who
+        // asked for one payment is not told another message's as this one's.
+        const madeFor = rows.length > 0 ? await this.otherMessagesKeys(conversationId, messageId) : new Map<string, string>();
         const ordered = rows.map((row) => ({ row, ordinal: this.rowOrdinal(row) }));
         ordered.sort((x, y) => x.row.claimedAt - y.row.claimedAt || (x.ordinal ?? 0) - (y.ordinal ?? 0) || (x.row.key < y.row.key ? -1 : x.row.key > y.row.key ? 1 : 0));
         return {
@@ -1553,6 +1557,7 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
               ...(input !== undefined ? { input } : {}),
               ...(result !== undefined ? { result } : {}),
               ...(error !== undefined ? { error } : {}),
+              ...(madeFor.has(key) ? { messageId: madeFor.get(key)! } : {}),
             };
           }),
         };
@@ -1569,6 +1574,23 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
     } finally {
       clearTimeout(timer);
     }
+  }
+
+  /**
+   * The keys other messages' failed-turn records list (their calls and effects), each with that
+   * message's id: the calls a message bound where one of them failed meets at its index (TURN-12).
+   */
+  private async otherMessagesKeys(conversationId: string, messageId: string): Promise<Map<string, string>> {
+    const keys = new Map<string, string>();
+    for (const r of await this.options.store.records(conversationId)) {
+      const record = r as { kind?: unknown; messageId?: unknown; calls?: unknown; effects?: unknown } | null;
+      if (typeof record !== "object" || record === null || record.kind !== "failed_turn" || typeof record.messageId !== "string" || record.messageId === messageId) continue;
+      for (const list of [record.calls, record.effects]) {
+        if (!Array.isArray(list)) continue;
+        for (const entry of list as { key?: unknown }[]) if (typeof entry?.key === "string" && !keys.has(entry.key)) keys.set(entry.key, record.messageId);
+      }
+    }
+    return keys;
   }
 
   /**

@@ -194,4 +194,30 @@ describe("TURN-25 a busy answer for a message in progress says which of its call
     w.hold.open();
     await sent;
   });
+  it("a new message bound where a failed one stopped (TURN-12): the failed message's payment is listed under that message's id, the new message's own without one; the effect log agrees", async () => {
+    const CONV = "conv-busy-inherited";
+    // m-acme's every attempt is cut after its payment: it fails, its record tells of the payment.
+    const w = twoWorkers(
+      (_n, input) => {
+        const last = JSON.stringify(input.at(-1));
+        if (last.includes("acme")) return [...pay(0, "toolu_a", "acme", "s8a"), "cut"];
+        return last.includes("bolt") ? [...pay(0, "toolu_b", "bolt", "s8b"), { t: "end" }] : [{ t: "text", index: 0, text: "done" }, { t: "end" }];
+      },
+      { holdTo: "bolt" },
+    );
+    const failed = await w.a.runner.send(CONV, { id: "m-acme", content: "pay acme" }).catch((e: unknown) => e);
+    expect(failed).toMatchObject({ code: "turn_failed" });
+    // m-bolt takes m-acme's turn index, pays bolt and is held there; a re-send of m-bolt is busy.
+    const sent = w.a.runner.send(CONV, { id: "m-bolt", content: "pay bolt" });
+    await until(w.heldPaymentReached);
+    const busy = await busyOf(w.b.runner.send(CONV, { id: "m-bolt", content: "pay bolt" }));
+    expect(w.performed).toEqual([{ to: "acme", memo: "s8a" }]);
+    expect(busy.effects?.map(({ name, input, effect, messageId }) => ({ name, input, effect, ...(messageId !== undefined ? { messageId } : {}) }))).toEqual([
+      { name: "pay", input: { to: "acme", memo: "s8a" }, effect: "happened", messageId: "m-acme" },
+      { name: "pay", input: { to: "bolt", memo: "s8b" }, effect: "may_have_happened" },
+    ]);
+    w.hold.open();
+    await sent;
+    expect(w.performed).toEqual([{ to: "acme", memo: "s8a" }, { to: "bolt", memo: "s8b" }]);
+  });
 });

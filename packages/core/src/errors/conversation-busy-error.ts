@@ -23,6 +23,13 @@ export interface InProgressEffect extends UnstoredEffect {
   result?: JsonValue;
   /** The stored error of a failed row. */
   error?: StoredError;
+  /**
+   * The id of the message the call was made for, when it is another message's: one that failed at
+   * the turn index this message took (TURN-12), whose failed-turn record lists the call's key. Its
+   * effect is that message's (its user was told of it there), not a call this message made; absent
+   * for this message's own calls.
+   */
+  messageId?: string;
 }
 
 /**
@@ -82,7 +89,7 @@ export class ConversationBusyError extends DispatchOnceError {
 function told(options: { effects?: readonly InProgressEffect[]; effectsUnknown?: string }): string {
   if (options.effects !== undefined) {
     if (options.effects.length === 0) return "the ledger listed no call of it yet";
-    return `the ledger lists ${options.effects.map((e) => `${e.name} ${e.effect.replaceAll("_", " ")}`).join(", ")}`;
+    return `the ledger lists ${options.effects.map((e) => `${e.name} ${e.effect.replaceAll("_", " ")}${e.messageId !== undefined ? ` (for message ${e.messageId})` : ""}`).join(", ")}`;
   }
   return `which calls it made is unknown: ${options.effectsUnknown ?? "not listed"}`;
 }
