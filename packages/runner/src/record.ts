@@ -184,6 +184,12 @@ export interface UnansweredCallRecord {
    * runner's attempts, the request that ran under its key. Absent in records written before the field.
    */
   input?: JsonValue;
+  /**
+   * The id of the message the call was made for, when it is another message's: one that failed at
+   * the turn index this turn took (TURN-12), whose failed-turn record lists the call's key (its user
+   * was told of it there). Absent for the message's own calls, and in records written before the field.
+   */
+  messageId?: string;
 }
 
 /**
@@ -302,7 +308,7 @@ export function mergeUnanswered(rows: readonly UnansweredCallRecord[], own: read
     const row = byKey.get(call.key);
     if (row === undefined) byKey.set(call.key, call);
     // The row's stored request is what ran under the key: it stays the entry's arguments.
-    else if (RANK[call.effect] > RANK[row.effect]) byKey.set(call.key, { ...call, ...(row.state !== undefined ? { state: row.state } : {}), ...(row.input !== undefined ? { input: row.input } : {}) });
+    else if (RANK[call.effect] > RANK[row.effect]) byKey.set(call.key, { ...call, ...(row.state !== undefined ? { state: row.state } : {}), ...(row.input !== undefined ? { input: row.input } : {}), ...(row.messageId !== undefined ? { messageId: row.messageId } : {}) });
     else if (row.attempt === undefined) byKey.set(call.key, { ...row, ...(call.attempt !== undefined ? { attempt: call.attempt } : {}), ...(call.status !== undefined ? { status: call.status } : {}) });
   }
   return [...byKey.values()];

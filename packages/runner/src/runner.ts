@@ -1503,7 +1503,14 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
     if (listing !== undefined && !listing.ok) {
       return { ...base, listed: false, unlistedReason: listing.reason, calls: mergeUnanswered([], ownUnanswered), at: new Date().toISOString() };
     }
-    const rows = listing?.ok === true ? listing.rows.filter((row) => !answered.has(row.key)).map(unansweredCall) : [];
+    const listedRows = listing?.ok === true ? listing.rows.filter((row) => !answered.has(row.key)) : [];
+    // A row of a message that failed at this index (TURN-12) is named by that message's id, as a busy answer names it (TURN-25).
+    const madeFor = listedRows.length > 0 ? await this.otherMessagesKeys(conversationId, snapshot.message.id) : new Map<string, string>();
+    const rows = listedRows.map((row) => {
+      const entry = unansweredCall(row);
+      const other = madeFor.get(row.key);
+      return other !== undefined ? { ...entry, messageId: other } : entry;
+    });
     const unanswered = mergeUnanswered(rows, ownUnanswered);
     // A resumed turn keeps its record even when it lists nothing: an earlier holder paused before
     // its claim may claim after the listing, pay and die before recording; only `resumed: true`

@@ -217,7 +217,10 @@ describe("TURN-25 a busy answer for a message in progress says which of its call
       { name: "pay", input: { to: "bolt", memo: "s8b" }, effect: "may_have_happened" },
     ]);
     w.hold.open();
-    await sent;
+    const answered = await sent;
     expect(w.performed).toEqual([{ to: "acme", memo: "s8a" }, { to: "bolt", memo: "s8b" }]);
+    // The committed turn's record (RECORD-8) lists m-acme's payment, unanswered by m-bolt's turn, under m-acme's id too.
+    const resumedCalls = (answered.records ?? []).flatMap((r) => ((r as { kind?: string }).kind === "resumed_turn" ? (r as { calls: { input?: unknown; messageId?: string }[] }).calls : []));
+    expect(resumedCalls.map(({ input, messageId }) => ({ input, messageId }))).toEqual([{ input: { to: "acme", memo: "s8a" }, messageId: "m-acme" }]);
   });
 });
