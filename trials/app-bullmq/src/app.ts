@@ -4,7 +4,7 @@
 // errors, as the README's handleUserMessage does.
 import Anthropic from "@anthropic-ai/sdk";
 import pg from "pg";
-import { Dispatcher, StoreUnavailableError, UnguardedDispatcher, effectOf, isDispatchOnceError } from "@dispatch-once/core";
+import { ConversationBusyError, Dispatcher, StoreUnavailableError, UnguardedDispatcher, effectOf, isDispatchOnceError } from "@dispatch-once/core";
 import { ConversationRunner, TurnFailedError } from "@dispatch-once/anthropic";
 import { PostgresConversationStore } from "@dispatch-once/conversation-postgres";
 import { createRedisLedger } from "@dispatch-once/ledger-redis";
@@ -15,7 +15,14 @@ export type Reply =
   | { status: "answered"; text: string; fromStore: boolean; calls: { name: string; key: string | undefined; result?: unknown; error?: string }[]; untold: Effect[] }
   | { status: "failed"; text: string; effects: Effect[]; retryable: boolean; cause: string }
   | { status: "unsaved"; text: string; effects: Effect[] }
+  | { status: "busy"; text: string; inProgress: boolean; calls?: BusyCall[]; unknown?: string }
   | { status: "error"; code: string; effect: string; text: string };
+/**
+ * One call of a message another worker is still on, as the client is told it (the anthropic
+ * README's ConversationBusyError entry, TURN-25): it happened (with the payment id the ledger
+ * stored), may have happened (under way, or its worker stopped), or did not go through.
+ */
+export interface BusyCall { name: string; key: string; turnIndex: number; told: "happened" | "may_have_happened" | "did_not_happen"; state: string; input?: unknown; paymentId?: string; error?: string }
 
 const effectOfEntry = (e: { name: string; key: string; effect: string; input?: unknown }): Effect => ({ name: e.name, key: e.key, effect: e.effect, ...(e.input !== undefined ? { input: e.input } : {}) });
 const say = (e: Effect) => `${e.name}: ${e.effect.replace(/_/g, " ")}${e.input !== undefined ? ` ${JSON.stringify(e.input)}` : ""}`;
@@ -62,9 +69,43 @@ export async function openApp(config: { databaseUrl: string; schema: string; red
         const effects = error.effects.map(effectOfEntry);
         return { status: "unsaved", text: effects.map((e) => `${say(e)}; its confirmation was not saved, send the same message again`).join("\n"), effects };
       }
+      // Another worker is on this very message (a redelivered or re-run job meeting the holder's
+      // turn lease): tell the client which calls the ledger lists for it, or that it is unknown.
+      // PLANT=busyuntold: the app before TURN-25's adoption (busy answered as any typed error).
+      if (ConversationBusyError.isInstance(error) && process.env.PLANT !== "busyuntold") return busyReply(error);
       if (isDispatchOnceError(error)) return { status: "error", code: error.code, effect: String(effectOf(error)), text: error.message };
       throw error;
     }
+  }
+
+  function busyReply(error: ConversationBusyError): Reply {
+    const again = "still working on it; send the same message again for the answer";
+    if (!error.inProgress) return { status: "busy", inProgress: false, text: `your message is queued behind another one; ${again}` };
+    if (error.effects === undefined) {
+      const unknown = error.effectsUnknown ?? "not listed";
+      return { status: "busy", inProgress: true, unknown, text: `which payments it made is not known yet (${unknown})\n${again}` };
+    }
+    // Plants for the oracle's busy checks: PLANT=busyoverclaims tells every listed call "happened";
+    // PLANT=busydropsunderway leaves out the calls that may have happened.
+    const listed = process.env.PLANT === "busydropsunderway" ? error.effects.filter((e) => e.effect !== "may_have_happened") : error.effects;
+    const calls = listed.map((e): BusyCall => {
+      const paymentId = (e.result as { paymentId?: unknown } | undefined)?.paymentId;
+      return {
+        name: e.name, key: e.key, turnIndex: e.turnIndex, state: e.state,
+        told: e.effect === "happened" || process.env.PLANT === "busyoverclaims" ? "happened" : e.effect === "not_happened" ? "did_not_happen" : "may_have_happened",
+        ...(e.input !== undefined ? { input: e.input } : {}),
+        ...(typeof paymentId === "string" ? { paymentId } : {}),
+        ...(e.error !== undefined ? { error: e.error.message } : {}),
+      };
+    });
+    const line = (c: BusyCall) => {
+      const args = c.input !== undefined ? ` ${JSON.stringify(c.input)}` : "";
+      if (c.told === "happened") return `${c.name} happened${c.paymentId !== undefined ? ` (payment ${c.paymentId})` : ""}${args}`;
+      if (c.told === "did_not_happen") return `${c.name} did not go through${args}: ${c.error ?? "failed"}`;
+      return `${c.name} may have happened (under way, or its worker stopped)${args}`;
+    };
+    const lines = calls.length > 0 ? calls.map(line) : ["no call of it had started when we looked"];
+    return { status: "busy", inProgress: true, calls, text: [...lines, again].join("\n") };
   }
 
   async function close() {

@@ -25,7 +25,9 @@ const worker = new Worker<{ conversationId: string; messageId: string; text: str
     const reply = await app.handle(job.data.conversationId, job.id!, job.data.text);
     console.error(`[${owner}] job ${job.id} ${reply.status}${reply.status === "answered" && reply.fromStore ? " (from store)" : ""}: ${JSON.stringify(reply.text)}`);
     // conversation_busy and the store's failures say "send the same message again": BullMQ does.
-    if ((reply.status === "failed" && reply.retryable) || reply.status === "error" || reply.status === "unsaved") throw new Error(JSON.stringify(reply));
+    // The thrown reply is what the client is told once the job fails for good (a busy reply: the
+    // calls the ledger listed for the message at the last attempt).
+    if ((reply.status === "failed" && reply.retryable) || reply.status === "busy" || reply.status === "error" || reply.status === "unsaved") throw new Error(JSON.stringify(reply));
     if (reply.status === "failed") throw new UnrecoverableError(JSON.stringify(reply));
     return reply;
   },
