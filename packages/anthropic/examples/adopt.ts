@@ -59,6 +59,8 @@ export async function handleUserMessage(runner: ConversationRunner, conversation
 }
 
 /** One effect as the user reads it: which call, with its arguments (the request that ran), and what is known. */
-function told(e: { name: string; effect: string; input?: unknown }): string {
-  return `${e.name}: ${e.effect.replace(/_/g, " ")}${e.input !== undefined ? ` ${JSON.stringify(e.input)}` : ""}`;
+function told(e: { name: string; effect: string; input?: unknown; messageId?: string }): string {
+  // `messageId`: a call an earlier message made (it failed at the turn index this one took), not this one's.
+  const earlier = e.messageId !== undefined ? `from your earlier message ${e.messageId}: ` : "";
+  return `${earlier}${e.name}: ${e.effect.replace(/_/g, " ")}${e.input !== undefined ? ` ${JSON.stringify(e.input)}` : ""}`;
 }
