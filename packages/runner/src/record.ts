@@ -1,4 +1,4 @@
-import { turnRowEffect, turnRowInput, turnRowsOf, UNLISTED_REASON } from "@dispatch-once/core/internal";
+import { turnRowEffect, turnRowInput, turnRowsOf, UNLISTED_REASON, type TurnRowEffect } from "@dispatch-once/core/internal";
 import { MAX_CANONICAL_DEPTH, effectOf, isDispatchOnceError, type JsonValue, type LedgerRow, type RowState, type StoredError } from "@dispatch-once/core";
 import type { FailurePosition } from "./phases.js";
 
@@ -230,7 +230,7 @@ export interface ResumedTurnRecord {
 export type ConversationRecord = FailedTurnRecord | SupersededAttemptRecord | ResumedTurnRecord;
 
 /** What a row of a resumed turn says of its effect (RECORD-8): core's reading, shared with every listing of a turn's rows. */
-export function unansweredCall(row: LedgerRow): UnansweredCallRecord {
+export function unansweredCall(row: LedgerRow): UnansweredCallRecord & Pick<TurnRowEffect, "state" | "effect"> {
   const { input } = turnRowInput(row);
   const recorded = recordableInput(input);
   return { ...turnRowEffect(row), ...(recorded !== undefined ? { input: recorded } : {}) };

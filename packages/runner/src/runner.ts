@@ -1505,7 +1505,9 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
     }
     const listedRows = listing?.ok === true ? listing.rows.filter((row) => !answered.has(row.key)) : [];
     // A row of a message that failed at this index (TURN-12) is named by that message's id, as a busy answer names it (TURN-25).
-    const madeFor = listedRows.length > 0 ? await this.otherMessagesKeys(conversationId, snapshot.message.id) : new Map<string, string>();
+    // Only that name (a SHOULD) depends on this read: a store that cannot read its records now must not fail a commit whose
+    // effects are known; the record still lists the row.
+    const madeFor = listedRows.length > 0 ? await this.otherMessagesKeys(conversationId, snapshot.message.id).catch(() => new Map<string, string>()) : new Map<string, string>();
     const rows = listedRows.map((row) => {
       const entry = unansweredCall(row);
       const other = madeFor.get(row.key);
@@ -1559,8 +1561,8 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
               name,
               turnIndex: row.turnIndex ?? turnIndex,
               ...(ordinal !== undefined ? { ordinal } : {}),
-              state: state ?? row.state,
-              effect: effect === "none" ? "may_have_happened" : effect,
+              state,
+              effect,
               ...(input !== undefined ? { input } : {}),
               ...(result !== undefined ? { result } : {}),
               ...(error !== undefined ? { error } : {}),
@@ -1590,8 +1592,8 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
   private async otherMessagesKeys(conversationId: string, messageId: string): Promise<Map<string, string>> {
     const keys = new Map<string, string>();
     for (const r of await this.options.store.records(conversationId)) {
-      const record = r as { kind?: unknown; messageId?: unknown; calls?: unknown; effects?: unknown } | null;
-      if (typeof record !== "object" || record === null || record.kind !== "failed_turn" || typeof record.messageId !== "string" || record.messageId === messageId) continue;
+      const record = failedTurnRecordOf(r);
+      if (record === undefined || typeof record.messageId !== "string" || record.messageId === messageId) continue;
       for (const list of [record.calls, record.effects]) {
         if (!Array.isArray(list)) continue;
         for (const entry of list as { key?: unknown }[]) if (typeof entry?.key === "string" && !keys.has(entry.key)) keys.set(entry.key, record.messageId);
@@ -2092,19 +2094,22 @@ const ACQUIRE_BACKOFF_MS = 25;
 const ACQUIRE_BACKOFF_MAX_MS = 1_000;
 
 /**
- * Whether the snapshot's turn index was begun under an earlier turn lease (TURN-15). A store
- * that does not say (written before the field) is taken to have resumed: the record then says
- * "may have happened" where it cannot show otherwise, never a "not happened" it cannot back.
+ * A stored record read as a failed-turn record (RECORD-2), its fields unchecked beyond `kind`:
+ * records are the store's JSON and may have been written by another release.
  */
+function failedTurnRecordOf(record: JsonValue): { messageId?: unknown; turnIndex?: unknown; calls?: unknown; effects?: unknown } | undefined {
+  const r = record as { kind?: unknown } | null;
+  return typeof r === "object" && r !== null && r.kind === "failed_turn" ? (r as { messageId?: unknown; turnIndex?: unknown; calls?: unknown; effects?: unknown }) : undefined;
+}
+
+/** A failed-turn record of the message `messageId`. */
 function isFailedTurnRecordOf(record: JsonValue, messageId: string): boolean {
-  const r = record as { kind?: unknown; messageId?: unknown } | null;
-  return typeof r === "object" && r !== null && r.kind === "failed_turn" && r.messageId === messageId;
+  return failedTurnRecordOf(record)?.messageId === messageId;
 }
 
 /** A failed-turn record of any message whose turn failed at `turnIndex`. */
 function isFailedTurnRecordAt(record: JsonValue, turnIndex: number): boolean {
-  const r = record as { kind?: unknown; turnIndex?: unknown } | null;
-  return typeof r === "object" && r !== null && r.kind === "failed_turn" && r.turnIndex === turnIndex;
+  return failedTurnRecordOf(record)?.turnIndex === turnIndex;
 }
 
 /** The earlier of two optional times. */
@@ -2184,6 +2189,11 @@ function withStoredKeys(calls: StoredTurnView["calls"], stored: readonly Committ
   });
 }
 
+/**
+ * Whether the snapshot's turn index was begun under an earlier turn lease (TURN-15). A store
+ * that does not say (written before the field) is taken to have resumed: the record then says
+ * "may have happened" where it cannot show otherwise, never a "not happened" it cannot back.
+ */
 function resumedTurn(snapshot: TurnSnapshot): boolean {
   return snapshot.resumed !== false;
 }

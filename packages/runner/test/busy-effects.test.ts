@@ -1,4 +1,4 @@
-import { ConversationBusyError, MemoryConversationStore, MemoryLedger, effectOf, type Ledger, type LedgerCapabilities, type ListRowsPage } from "@dispatch-once/core";
+import { ConversationBusyError, MemoryConversationStore, MemoryLedger, StoreUnavailableError, effectOf, type Ledger, type LedgerCapabilities, type ListRowsPage } from "@dispatch-once/core";
 import { afterEach, describe, expect, it } from "vitest";
 import { world, type ToyEvent } from "./toy.js";
 
@@ -32,8 +32,8 @@ afterEach(() => {
  * held in the tool (in flight); worker B, re-sent the same message (a queue's redelivery, a client's
  * retry), waits `busyWaitMs` and meets conversation_busy. B shares A's store and ledger.
  */
-function twoWorkers(script: Parameters<typeof world>[0], options: { ledger?: Ledger; ledgerOfB?: Ledger; holdTo?: string } = {}) {
-  const store = new MemoryConversationStore();
+function twoWorkers(script: Parameters<typeof world>[0], options: { ledger?: Ledger; ledgerOfB?: Ledger; holdTo?: string; store?: MemoryConversationStore } = {}) {
+  const store = options.store ?? new MemoryConversationStore();
   const ledger = options.ledger ?? new MemoryLedger();
   const performed: { to: string; memo: string }[] = [];
   const hold = gate();
@@ -222,5 +222,43 @@ describe("TURN-25 a busy answer for a message in progress says which of its call
     // The committed turn's record (RECORD-8) lists m-acme's payment, unanswered by m-bolt's turn, under m-acme's id too.
     const resumedCalls = (answered.records ?? []).flatMap((r) => ((r as { kind?: string }).kind === "resumed_turn" ? (r as { calls: { input?: unknown; messageId?: string }[] }).calls : []));
     expect(resumedCalls.map(({ input, messageId }) => ({ input, messageId }))).toEqual([{ input: { to: "acme", memo: "s8a" }, messageId: "m-acme" }]);
+  });
+});
+
+/** A store whose reads of the conversation's records fail while `failing` is set (its writes work), as an adapter says it. */
+class RecordsReadFailing extends MemoryConversationStore {
+  failing = false;
+  override async records(conversationId: string) {
+    if (this.failing) throw new StoreUnavailableError("records read timed out");
+    return super.records(conversationId);
+  }
+}
+
+describe("RECORD-8 the message a listed row was made for is told when it can be read, and its read never fails the commit", () => {
+  it("a resumed turn whose store cannot read the failed message's record at commit still commits once, listing the row without a messageId; the effect log agrees", async () => {
+    const CONV = "conv-records-read-fails";
+    const store = new RecordsReadFailing();
+    const w = twoWorkers(
+      (_n, input) => {
+        const last = JSON.stringify(input.at(-1));
+        if (last.includes("acme")) return [...pay(0, "toolu_a", "acme", "s8a"), "cut"];
+        return last.includes("bolt") ? [...pay(0, "toolu_b", "bolt", "s8b"), { t: "end" }] : [{ t: "text", index: 0, text: "done" }, { t: "end" }];
+      },
+      { holdTo: "bolt", store },
+    );
+    await expect(w.a.runner.send(CONV, { id: "m-acme", content: "pay acme" })).rejects.toMatchObject({ code: "turn_failed" });
+    const sent = w.a.runner.send(CONV, { id: "m-bolt", content: "pay bolt" });
+    await until(w.heldPaymentReached);
+    // From here until the commit, the records cannot be read: only the record's messageId (a SHOULD) depends on them.
+    store.failing = true;
+    w.hold.open();
+    const answered = await sent.finally(() => (store.failing = false));
+    expect(w.performed).toEqual([{ to: "acme", memo: "s8a" }, { to: "bolt", memo: "s8b" }]);
+    const resumedCalls = (answered.records ?? []).flatMap((r) => ((r as { kind?: string }).kind === "resumed_turn" ? (r as { calls: { input?: unknown; messageId?: string; effect: string }[] }).calls : []));
+    expect(resumedCalls).toEqual([expect.objectContaining({ input: { to: "acme", memo: "s8a" }, effect: "happened" })]);
+    expect(resumedCalls[0]).not.toHaveProperty("messageId");
+    // Committed, once: a re-send is answered from the conversation and pays nothing more.
+    await w.a.runner.send(CONV, { id: "m-bolt", content: "pay bolt" });
+    expect(w.performed).toHaveLength(2);
   });
 });
