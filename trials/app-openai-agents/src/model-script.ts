@@ -1,0 +1,23 @@
+// The scripted model behind apps/mock-openai: a function of the request alone, as the mock requires.
+//   "pay <payee> <amount> <reference> [<currency>]"     one send_payment call (memo re-worded on every response after the first)
+//   "pay twice <payee> <amount> <reference>"            two identical calls in one response (the user asked twice)
+//   "... retry-errors"                                  a model that, told a tool failed, calls it again (as models do)
+// After the tool outputs the model answers with text, except a retry-errors model told of an error.
+import { call, lastUserText, respond, say, text, type ResponsesRequest, type ScriptedResponse } from "@dispatch-once/mock-openai";
+
+export function script(request: ResponsesRequest): ScriptedResponse {
+  const said = lastUserText(request) ?? "";
+  const m = /^pay (twice )?(\S+) (\d+) (\S+)(?: ([A-Z]{3}))?/.exec(said);
+  if (m === null) return say("I can only send payments.");
+  const [, twice, payee, amount, reference, currency] = m;
+  const args = { payee, amount: Number(amount), currency: currency ?? "EUR", reference, memo: `Invoice ${reference}` };
+  const payment = () => call("send_payment", args, { reword: ["memo"] });
+  const input = Array.isArray(request.input) ? request.input : [];
+  const last = input[input.length - 1];
+  if (last?.type === "function_call_output") {
+    const output = String(last.output ?? "");
+    if (said.includes("retry-errors") && /error|timed out/i.test(output)) return respond(text("That failed; trying again."), payment());
+    return say(`Done: ${output.slice(0, 120)}`);
+  }
+  return twice ? respond(payment(), payment()) : respond(payment());
+}
