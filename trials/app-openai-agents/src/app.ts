@@ -61,9 +61,10 @@ export interface Told {
  * response are one), "to-model" the SDK's default tool errorFunction (every error told to the model), "no-base"
  * the turn index without the thread's counter, "no-message-id" every send a new message, "no-thread-lock" no
  * advisory lock per thread, "sdk-timeout" the SDK's own tool timeout (`timeoutMs`, whose default behaviour
- * tells the model the call timed out while the payment goes on).
+ * tells the model the call timed out while the payment goes on), "no-carry" a re-run's write call dispatched at
+ * its own place only (not where an earlier run of the same message dispatched it).
  */
-export type Plant = "none" | "unguarded" | "random" | "per-call" | "to-model" | "no-base" | "no-message-id" | "no-thread-lock" | "sdk-timeout";
+export type Plant = "none" | "unguarded" | "random" | "per-call" | "to-model" | "no-base" | "no-message-id" | "no-thread-lock" | "sdk-timeout" | "no-carry";
 
 export interface AppOptions {
   databaseUrl: string;
@@ -94,6 +95,8 @@ export interface Book {
   /** Each completed response's function calls in its order, with the response's turn index. */
   responses: Array<{ turnIndex: number; calls: Array<{ callId: string; name: string; args: string }> }>;
   told: Told[];
+  /** Write calls earlier runs of this message dispatched, each met at most once by this run (TURN-23). */
+  earlier: Array<{ turnIndex: number; ordinal: number; name: string; identity: string; met: boolean }>;
 }
 
 /** A dispatch a re-run of the message settles (a claim released after a lost response, another attempt paying). */
@@ -110,7 +113,9 @@ export async function openApp(options: AppOptions) {
   await pool.query(`CREATE SCHEMA IF NOT EXISTS ${appSchema};
     CREATE TABLE IF NOT EXISTS ${appSchema}.threads (thread_id text PRIMARY KEY, turns int NOT NULL, history jsonb NOT NULL);
     CREATE TABLE IF NOT EXISTS ${appSchema}.answers (thread_id text NOT NULL, message_id text NOT NULL, told jsonb NOT NULL, PRIMARY KEY (thread_id, message_id));
-    CREATE TABLE IF NOT EXISTS ${appSchema}.pending (thread_id text NOT NULL, message_id text NOT NULL, state text NOT NULL, told jsonb NOT NULL, PRIMARY KEY (thread_id, message_id))`);
+    CREATE TABLE IF NOT EXISTS ${appSchema}.pending (thread_id text NOT NULL, message_id text NOT NULL, state text NOT NULL, told jsonb NOT NULL, PRIMARY KEY (thread_id, message_id));
+    CREATE TABLE IF NOT EXISTS ${appSchema}.dispatched (thread_id text NOT NULL, message_id text NOT NULL, turn_index int NOT NULL, ordinal int NOT NULL,
+      name text NOT NULL, identity text NOT NULL, PRIMARY KEY (thread_id, message_id, turn_index, ordinal, name, identity))`);
 
   const registry = new ToolRegistry([...paymentTools(options.paymentsUrl, options.paymentTimeoutMs)]);
   const plant = options.plant ?? "none";
@@ -190,7 +195,18 @@ export async function openApp(options: AppOptions) {
       },
     });
     const model = new NumberedModel(new OpenAIResponsesModel(client as never, "gpt-5"), book);
-    return new Agent({ name: "payments", instructions: "You send payments the user asks for.", model, tools: [sendPayment] });
+    const checkBalance = tool({
+      name: "check_balance",
+      description: "List what the account has paid so far.",
+      parameters: z.object({}),
+      async execute(_input, context, details) {
+        const run = (context?.context as Book | undefined) ?? book();
+        const toolCall = details?.toolCall;
+        if (toolCall === undefined) throw new Error("the SDK gave no tool call");
+        return dispatchCall(run, toolCall.callId, "check_balance", toolCall.arguments);
+      },
+    });
+    return new Agent({ name: "payments", instructions: "You send payments the user asks for.", model, tools: [sendPayment, checkBalance] });
   }
 
   /** Dispatch one call at its response's turn index and ordinal; the stored result text goes to the model. */
@@ -204,9 +220,25 @@ export async function openApp(options: AppOptions) {
     // TURN-4: the k-th identical call of a response is ordinal k, counted in the response's order. The SDK
     // starts a response's calls together (Promise.all), so the order they reach here is not the ask's.
     const before = response.calls.slice(0, position);
-    const ordinal = plant === "per-call" ? 0 : before.filter((c) => c.name === name && identityOf(definition, withoutNulls(JSON.parse(c.args))) === identity).length;
+    const ownOrdinal = plant === "per-call" ? 0 : before.filter((c) => c.name === name && identityOf(definition, withoutNulls(JSON.parse(c.args))) === identity).length;
     const conversationId = book.threadId;
-    const turnIndex = plant === "no-base" ? response.turnIndex - book.base : response.turnIndex;
+    let turnIndex = plant === "no-base" ? response.turnIndex - book.base : response.turnIndex;
+    let ordinal = ownOrdinal;
+    if (definition.effect !== "read") {
+      // TURN-23: a failed run of this message may have dispatched this call at another place in its run (the
+      // re-run's model read the balance first): dispatch it where that run did, so it meets that row. Matched
+      // before any await: the SDK runs a response's calls concurrently.
+      const same = (e: Book["earlier"][number]) => !e.met && e.name === name && e.identity === identity;
+      const here = book.earlier.find((e) => same(e) && e.turnIndex === turnIndex && e.ordinal === ordinal);
+      const elsewhere = here ?? (plant === "no-carry" ? undefined : book.earlier.find(same));
+      if (elsewhere) {
+        elsewhere.met = true;
+        turnIndex = elsewhere.turnIndex;
+        ordinal = elsewhere.ordinal;
+      }
+      // Recorded before the effect: a process killed inside the payment leaves this row for the re-run.
+      await pool.query(`INSERT INTO ${appSchema}.dispatched VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING`, [book.threadId, book.messageId, turnIndex, ordinal, name, identity]);
+    }
     try {
       const outcome: DispatchOutcome = guarded
         ? await dispatcher.dispatch({ name, input, callId }, { conversationId, turnIndex, ordinal })
@@ -304,7 +336,12 @@ export async function openApp(options: AppOptions) {
       const base = (thread.rows[0]?.turns as number | undefined) ?? 0;
       const history = (thread.rows[0]?.history as AgentInputItem[] | undefined) ?? [];
       const input: AgentInputItem[] = [...history, { type: "message", role: "user", content: text }];
-      return runAttempts(db, () => ({ threadId, messageId, base, step: -1, responses: [], told: [] }), async (book) => {
+      const earlier = async () =>
+        (await db.query(`SELECT turn_index, ordinal, name, identity FROM ${appSchema}.dispatched WHERE thread_id = $1 AND message_id = $2 ORDER BY turn_index, ordinal`, [threadId, messageId])).rows.map(
+          (r) => ({ turnIndex: r.turn_index as number, ordinal: r.ordinal as number, name: r.name as string, identity: r.identity as string, met: false }),
+        );
+      return runAttempts(db, () => ({ threadId, messageId, base, step: -1, responses: [], told: [], earlier: [] }), async (book) => {
+        book.earlier = await earlier();
         const agent = agentFor(() => book);
         return { result: await runToEnd(agent, input, book), book };
       });

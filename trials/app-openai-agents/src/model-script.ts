@@ -3,7 +3,11 @@
 //   "pay twice <payee> <amount> <reference>"            two identical calls in one response (the user asked twice)
 //   "... retry-errors"                                  a model that, told a tool failed, calls it again (as models do)
 // After the tool outputs the model answers with text, except a retry-errors model told of an error.
+// A reference in `readFirst` (set by a situation between runs) makes the model read the balance first and pay
+// in its second response: the same payment at another place in the run.
 import { call, lastUserText, respond, say, text, type ResponsesRequest, type ScriptedResponse } from "@dispatch-once/mock-openai";
+
+export const readFirst = new Set<string>();
 
 export function script(request: ResponsesRequest): ScriptedResponse {
   const said = lastUserText(request) ?? "";
@@ -14,10 +18,13 @@ export function script(request: ResponsesRequest): ScriptedResponse {
   const payment = () => call("send_payment", args, { reword: ["memo"] });
   const input = Array.isArray(request.input) ? request.input : [];
   const last = input[input.length - 1];
+  const lastCall = [...input].reverse().find((i) => i.type === "function_call") as { name?: string } | undefined;
+  if (last?.type === "function_call_output" && lastCall?.name === "check_balance") return respond(payment());
   if (last?.type === "function_call_output") {
     const output = String(last.output ?? "");
     if (said.includes("retry-errors") && /error|timed out/i.test(output)) return respond(text("That failed; trying again."), payment());
     return say(`Done: ${output.slice(0, 120)}`);
   }
+  if (readFirst.has(reference!)) return respond(call("check_balance", {}));
   return twice ? respond(payment(), payment()) : respond(payment());
 }

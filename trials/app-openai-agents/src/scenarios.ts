@@ -10,7 +10,7 @@ import { startMockOpenAI } from "@dispatch-once/mock-openai";
 import type { AgentInputItem } from "@openai/agents";
 import { openApp, type Plant, type Told } from "./app.js";
 import { ACCOUNT } from "./tools.js";
-import { script } from "./model-script.js";
+import { readFirst, script } from "./model-script.js";
 
 const DATABASE_URL = process.env.DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/test";
 const SCHEMA = process.env.TRIAL_SCHEMA ?? "h_agents";
@@ -141,6 +141,24 @@ if (run("1c")) {
   const r = await app.send(id, "m1c", "pay acme 1200 R1c");
   model.setFaultPlan(undefined);
   await judge("1c the response after the payment is cut; the app re-runs the message", "R1c", 1, r.told, id, [`model requests: ${outcomes("R1c")}; runs: ${r.attempts}`]);
+}
+
+// 1d. The incident again, but the re-run's model reads the balance first and pays in its second response: the
+// payment lands at another place in the run, under another turn index. The app records each write call before
+// it dispatches it and dispatches the re-run's identical call where the failed run did (TURN-23).
+if (run("1d")) {
+  let left = 1;
+  model.setFaultPlan((request) => {
+    const input = Array.isArray(request.input) ? request.input : [];
+    if (left <= 0 || !JSON.stringify(request).includes("R1d") || input[input.length - 1]?.type !== "function_call_output") return undefined;
+    left -= 1;
+    readFirst.add("R1d");
+    return { kind: "reset", at: { event: 4 } };
+  });
+  const id = thread("s1d");
+  const r = await app.send(id, "m1d", "pay acme 1300 R1d");
+  model.setFaultPlan(undefined);
+  await judge("1d the incident, and a re-run whose model reads the balance before it pays", "R1d", 1, r.told, id, [`model requests: ${outcomes("R1d")}; runs: ${r.attempts}`]);
 }
 
 // 2. Every run of the message fails after the payment (3 cut answers): the user is told to send again; the
