@@ -1,0 +1,17 @@
+export {
+  PostgresThreadLocks,
+  DEFAULT_NAMESPACE,
+  DEFAULT_APPLICATION_NAME,
+  DEFAULT_LEASE_MS,
+  DEFAULT_WAIT_MS,
+  MIN_LEASE_MS,
+  MAX_MS,
+  MIN_SERVER_VERSION_NUM,
+  MAX_THREAD_ID_LENGTH,
+  type PostgresThreadLocksOptions,
+  type WithThreadOptions,
+  type HeldThread,
+  type ThreadSessionPool,
+  type ThreadSessionClient,
+  type ThreadQueryResult,
+} from "./thread-locks.js";

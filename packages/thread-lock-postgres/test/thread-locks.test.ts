@@ -1,0 +1,274 @@
+import { randomBytes } from "node:crypto";
+import { setTimeout as sleep } from "node:timers/promises";
+import pg from "pg";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { ConversationBusyError, ConversationLeaseLostError, InvalidArgumentError, UnsafeStoreConfigError, effectOf, retryableOf } from "@dispatch-once/core";
+import { PostgresThreadLocks, type PostgresThreadLocksOptions } from "../src/index.js";
+import { testSeams } from "../src/thread-locks.js";
+
+/** The test server; connecting fails loudly when it is missing: these tests are never skipped. */
+const DATABASE_URL = process.env.DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/test";
+const tag = randomBytes(4).toString("hex");
+/** Every session this file opens is named so, to count what is left behind. */
+const APP = `h_threadlock_test_${tag}`;
+const table = `h_threadlock_${tag}`;
+
+let admin: pg.Pool;
+beforeAll(async () => {
+  admin = new pg.Pool({ connectionString: DATABASE_URL, max: 3 });
+  admin.on("error", () => {});
+  await admin.query(`CREATE TABLE ${table} (thread text NOT NULL, who text NOT NULL)`);
+});
+afterAll(async () => {
+  await admin.query(`DROP TABLE IF EXISTS ${table}`);
+  await admin.end();
+});
+
+function locks(options: Partial<PostgresThreadLocksOptions> & { [testSeams]?: unknown } = {}): PostgresThreadLocks {
+  return new PostgresThreadLocks({
+    connectionString: DATABASE_URL,
+    applicationName: APP,
+    namespace: `ns_${tag}`,
+    leaseMs: 1_000,
+    waitMs: 5_000,
+    ...options,
+  } as PostgresThreadLocksOptions);
+}
+const thread = () => `t-${randomBytes(4).toString("hex")}`;
+const rowsOf = async (threadId: string) =>
+  (await admin.query<{ who: string }>(`SELECT who FROM ${table} WHERE thread = $1 ORDER BY who`, [threadId])).rows.map((r) => r.who);
+const sessionsLeft = async () =>
+  Number((await admin.query(`SELECT count(*) AS n FROM pg_stat_activity WHERE application_name = $1`, [APP])).rows[0].n);
+
+describe("withThread", () => {
+  it("runs a thread's sends one at a time, and two threads at once", async () => {
+    const l = locks();
+    const a = thread();
+    const b = thread();
+    const spans: Record<string, [number, number]> = {};
+    const send = (threadId: string, name: string) =>
+      l.withThread(threadId, async () => {
+        const start = performance.now();
+        await sleep(300);
+        spans[name] = [start, performance.now()];
+      });
+    await Promise.all([send(a, "a1"), send(a, "a2"), send(b, "b1")]);
+    const [first, second] = spans.a1![0] < spans.a2![0] ? [spans.a1!, spans.a2!] : [spans.a2!, spans.a1!];
+    expect(second[0]).toBeGreaterThanOrEqual(first[1]);
+    // b1 overlaps whichever of thread a's sends ran first.
+    const b1 = spans.b1!;
+    expect(b1[0] < first[1] && first[0] < b1[1]).toBe(true);
+    expect(await sessionsLeft()).toBe(0);
+  });
+
+  it("a waiter past waitMs gets ConversationBusyError; the holder is unaffected", async () => {
+    const l = locks();
+    const t = thread();
+    let release!: () => void;
+    let held!: () => void;
+    const heldNow = new Promise<void>((r) => (held = r));
+    const holder = l.withThread(t, async ({ client }) => {
+      held();
+      await new Promise<void>((r) => (release = r));
+      await client.query(`INSERT INTO ${table} VALUES ($1, 'holder')`, [t]);
+      return "holder done";
+    });
+    await heldNow;
+    const waiter = locks({ waitMs: 300 });
+    let ran = false;
+    const error = await waiter
+      .withThread(t, async () => void (ran = true), { messageId: "m-2" })
+      .catch((e: unknown) => e);
+    expect(ran).toBe(false);
+    expect(ConversationBusyError.isInstance(error)).toBe(true);
+    const busy = error as ConversationBusyError;
+    expect([busy.conversationId, busy.messageId, busy.inProgress]).toEqual([t, "m-2", false]);
+    expect(busy.waitedMs).toBeGreaterThanOrEqual(250);
+    expect([effectOf(busy), retryableOf(busy)]).toEqual(["no", "same_message"]);
+    // waitMs 0: does not wait at all.
+    const noWait = await locks({ waitMs: 0 }).withThread(t, async () => void (ran = true)).catch((e: unknown) => e);
+    expect(ConversationBusyError.isInstance(noWait)).toBe(true);
+    expect(ran).toBe(false);
+    release();
+    expect(await holder).toBe("holder done");
+    expect(await rowsOf(t)).toEqual(["holder"]);
+    expect(await sessionsLeft()).toBe(0);
+  });
+
+  it("a live holder idle in JS for longer than leaseMs keeps its thread (the heartbeat)", async () => {
+    const l = locks();
+    const t = thread();
+    let held!: () => void;
+    const heldNow = new Promise<void>((r) => (held = r));
+    const holder = l.withThread(t, async ({ client, signal }) => {
+      held();
+      await sleep(2_200);
+      expect(signal.aborted).toBe(false);
+      await client.query(`INSERT INTO ${table} VALUES ($1, 'holder')`, [t]);
+    });
+    await heldNow;
+    const waiter = await locks({ waitMs: 200 }).withThread(t, async () => "ran").catch((e: unknown) => e);
+    expect(ConversationBusyError.isInstance(waiter)).toBe(true);
+    await holder;
+    expect(await rowsOf(t)).toEqual(["holder"]);
+  });
+
+  it("a stopped holder loses its thread after leaseMs: the waiter gets it, and the holder's later writes fail and do not land", async () => {
+    // The holder's heartbeat is suppressed, as in a SIGSTOPped process: its session goes idle.
+    const stopped = locks({ [testSeams]: { heartbeat: false } });
+    const t = thread();
+    let held!: () => void;
+    const heldNow = new Promise<void>((r) => (held = r));
+    let resume!: () => void;
+    const resumed = new Promise<void>((r) => (resume = r));
+    const outcomes: string[] = [];
+    let holderSignal: AbortSignal | undefined;
+    const holder = stopped.withThread(t, async ({ client, pool, signal }) => {
+      holderSignal = signal;
+      held();
+      await resumed;
+      for (const [name, write] of [
+        ["client", () => client.query(`INSERT INTO ${table} VALUES ($1, 'stopped-client')`, [t])],
+        ["pool", () => pool.query(`INSERT INTO ${table} VALUES ($1, 'stopped-pool')`, [t])],
+      ] as const) {
+        await write().then(
+          () => outcomes.push(`${name} landed`),
+          () => outcomes.push(`${name} failed`),
+        );
+      }
+    });
+    await heldNow;
+    const started = performance.now();
+    await locks().withThread(t, async ({ client }) => {
+      await client.query(`INSERT INTO ${table} VALUES ($1, 'waiter')`, [t]);
+      // The stopped holder wakes while the waiter holds the thread.
+      resume();
+      await holder;
+    });
+    expect(performance.now() - started).toBeGreaterThanOrEqual(900);
+    expect(outcomes).toEqual(["client failed", "pool failed"]);
+    expect(await rowsOf(t)).toEqual(["waiter"]);
+    expect(holderSignal?.aborted).toBe(true);
+    expect(ConversationLeaseLostError.isInstance(holderSignal?.reason)).toBe(true);
+    expect(await sessionsLeft()).toBe(0);
+  });
+
+  it("a transaction through held.pool (BEGIN ... COMMIT, as PostgresSaver) lands while held, and not after the lease ran out", async () => {
+    const t = thread();
+    await locks().withThread(t, async ({ pool }) => {
+      const c = await pool.connect();
+      try {
+        await c.query("BEGIN");
+        await c.query(`INSERT INTO ${table} VALUES ($1, 'held-tx')`, [t]);
+        await c.query("COMMIT");
+      } finally {
+        c.release();
+      }
+    });
+    expect(await rowsOf(t)).toEqual(["held-tx"]);
+    // A holder stopped inside its transaction (idle in transaction past leaseMs): its COMMIT fails.
+    let commit = "";
+    await locks({ [testSeams]: { heartbeat: false } }).withThread(t, async ({ pool }) => {
+      const c = await pool.connect();
+      try {
+        await c.query("BEGIN");
+        await c.query(`INSERT INTO ${table} VALUES ($1, 'stopped-tx')`, [t]);
+        await sleep(1_500);
+        commit = await c.query("COMMIT").then(
+          () => "committed",
+          () => "failed",
+        );
+      } finally {
+        c.release();
+      }
+    });
+    expect(commit).toBe("failed");
+    expect(await rowsOf(t)).toEqual(["held-tx"]);
+  });
+
+  it("work that throws releases the thread, its error passes through unchanged, and no session is left", async () => {
+    const l = locks();
+    const t = thread();
+    const thrown = new Error("the model failed");
+    const error = await l.withThread(t, async () => {
+      throw thrown;
+    }).catch((e: unknown) => e);
+    expect(error).toBe(thrown);
+    expect(await locks({ waitMs: 0 }).withThread(t, async () => "next")).toBe("next");
+    expect(await sessionsLeft()).toBe(0);
+  });
+});
+
+describe("bad input", () => {
+  it.each<[string, unknown, string]>([
+    ["no server", { namespace: "x" }, "options.connectionString"],
+    ["both", { connectionString: DATABASE_URL, client: () => new pg.Client() }, "options.connectionString"],
+    ["empty url", { connectionString: "" }, "options.connectionString"],
+    ["url not a string", { connectionString: 5432 }, "options.connectionString"],
+    ["client not a function", { client: new pg.Client() }, "options.client"],
+    ["lease too short", { connectionString: DATABASE_URL, leaseMs: 999 }, "options.leaseMs"],
+    ["lease not an integer", { connectionString: DATABASE_URL, leaseMs: 1500.5 }, "options.leaseMs"],
+    ["lease a string", { connectionString: DATABASE_URL, leaseMs: "30000" }, "options.leaseMs"],
+    ["lease past 32 bits", { connectionString: DATABASE_URL, leaseMs: 2 ** 31 }, "options.leaseMs"],
+    ["negative wait", { connectionString: DATABASE_URL, waitMs: -1 }, "options.waitMs"],
+    ["infinite wait", { connectionString: DATABASE_URL, waitMs: Infinity }, "options.waitMs"],
+    ["empty namespace", { connectionString: DATABASE_URL, namespace: "" }, "options.namespace"],
+    ["NUL in application name", { connectionString: DATABASE_URL, applicationName: "a\0b" }, "options.applicationName"],
+    ["misspelt option", { connectionString: DATABASE_URL, leaseMS: 5000 }, "options.leaseMS"],
+    ["not an object", "postgres://x", "options"],
+    ["null", null, "options"],
+  ])("options: %s", (_, options, field) => {
+    let error: unknown;
+    try {
+      new PostgresThreadLocks(options as PostgresThreadLocksOptions);
+    } catch (e) {
+      error = e;
+    }
+    expect(InvalidArgumentError.isInstance(error)).toBe(true);
+    expect((error as InvalidArgumentError).field).toBe(field);
+  });
+
+  it.each<[string, unknown]>([
+    ["empty", ""],
+    ["a number", 42],
+    ["undefined", undefined],
+    ["NUL", "a\0b"],
+    ["too long", "x".repeat(1_025)],
+  ])("thread id: %s", async (_, threadId) => {
+    let opened = false;
+    const l = new PostgresThreadLocks({ client: () => ((opened = true), new pg.Client(DATABASE_URL)) });
+    const error = await l.withThread(threadId as string, async () => "ran").catch((e: unknown) => e);
+    expect(InvalidArgumentError.isInstance(error)).toBe(true);
+    expect((error as InvalidArgumentError).field).toBe("threadId");
+    expect(opened).toBe(false);
+  });
+
+  it("work not a function, and an empty message id", async () => {
+    const l = locks();
+    const notWork = await l.withThread("t", "work" as never).catch((e: unknown) => e);
+    expect((notWork as InvalidArgumentError).field).toBe("work");
+    const noId = await l.withThread("t", async () => 1, { messageId: "" }).catch((e: unknown) => e);
+    expect((noId as InvalidArgumentError).field).toBe("options.messageId");
+  });
+
+  it("refuses a server below PostgreSQL 14 (no idle_session_timeout): UnsafeStoreConfigError, work not run, session ended", async () => {
+    let ended = false;
+    const old = {
+      on() {},
+      async connect() {},
+      async query() {
+        return { rows: [{ v: "130012", pid: 7 }] };
+      },
+      async end() {
+        ended = true;
+      },
+    };
+    let ran = false;
+    const l = new PostgresThreadLocks({ client: () => old as unknown as pg.Client });
+    const error = await l.withThread("t", async () => void (ran = true)).catch((e: unknown) => e);
+    expect(UnsafeStoreConfigError.isInstance(error)).toBe(true);
+    expect((error as UnsafeStoreConfigError).setting).toBe("server_version_num");
+    expect((error as UnsafeStoreConfigError).value).toBe("130012");
+    expect([ran, ended]).toEqual([false, true]);
+  });
+});
