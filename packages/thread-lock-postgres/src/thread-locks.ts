@@ -26,21 +26,24 @@ export const MAX_THREAD_ID_LENGTH = 1_024;
 
 export interface PostgresThreadLocksOptions {
   /**
-   * The server to open each lock's session on. Exactly one of `connectionString` and `client`.
+   * The server to open each lock's session on (a new `pg.Client` per send, named `applicationName`).
    * Not a transaction-mode pooler (PgBouncer `pool_mode=transaction`): a session lock needs a session.
-   * @example "postgres://app@db:5432/app"
+   * @default none: give client instead (exactly one of the two is required)
+   * @example process.env.DATABASE_URL // "postgres://app@db:5432/app"
    */
   connectionString?: string | undefined;
   /**
-   * Makes a new, unconnected `pg.Client` for each lock (TLS, credentials, ...); `withThread` connects and ends it.
-   * Exactly one of `connectionString` and `client`.
-   * @example () => new pg.Client({ host: "db", ssl: true })
+   * Makes a new, unconnected `pg.Client` for each send (TLS, credentials, ...); `withThread` connects
+   * and ends it. Set its `application_name` yourself if you count sessions by it.
+   * @default none: give connectionString instead (exactly one of the two is required)
+   * @example () => new pg.Client({ host: "db", ssl: true, application_name: "chat-thread-lock" })
    */
   client?: (() => pg.Client) | undefined;
   /**
    * Separates this app's thread locks from another's on the same server: the lock's key is
    * `(hashtext(namespace), hashtext(threadId))`.
    * @default "dispatch_once_thread"
+   * @example "support_bot_threads"
    */
   namespace?: string | undefined;
   /**
@@ -48,24 +51,32 @@ export interface PostgresThreadLocksOptions {
    * server ends its session (`idle_session_timeout`, `idle_in_transaction_session_timeout`), which
    * drops the lock and fails every later write through that session. A live holder sends a heartbeat
    * every `leaseMs / 3`. Integer milliseconds, at least 1 000.
-   * @default 30_000
+   * @default 30000 (30 s)
+   * @example 10_000 // a stopped holder's thread is free again after 10 s
    */
   leaseMs?: number | undefined;
   /**
    * How long a send waits for a thread another send holds (`lock_timeout`) before
    * `ConversationBusyError`; 0 does not wait. Integer milliseconds.
-   * @default 60_000
+   * @default 60000 (60 s)
+   * @example 0 // answer "busy, send again" at once instead of queueing
    */
   waitMs?: number | undefined;
   /**
-   * The `application_name` of every lock's session, to find them in `pg_stat_activity`.
+   * The `application_name` of every lock's session opened from `connectionString`, to find them in
+   * `pg_stat_activity`.
    * @default "dispatch-once-thread-lock"
+   * @example "chat-thread-lock"
    */
   applicationName?: string | undefined;
 }
 
 export interface WithThreadOptions {
-  /** The id of the message the send answers: named by the `ConversationBusyError` of a send that waited too long. */
+  /**
+   * The id of the message the send answers: named by the `ConversationBusyError` of a send that waited too long.
+   * @default "(not given)" in that error
+   * @example "msg_01J9Z3"
+   */
   messageId?: string | undefined;
 }
 
@@ -182,7 +193,7 @@ const LOCK_NOT_AVAILABLE = "55P03";
  * Serialises a thread's messages for an app whose framework owns the loop (LangGraph, LlamaIndex,
  * Mastra, the OpenAI Agents SDK): one PostgreSQL session advisory lock per thread, on a session of its
  * own held for the whole send, that expires when its holder stops, and that fences the holder's writes
- * made through that session (THREADLOCK-1..6).
+ * made through that session (spec §13.4, THREAD-1 … THREAD-6).
  */
 export class PostgresThreadLocks {
   readonly #options: Resolved;

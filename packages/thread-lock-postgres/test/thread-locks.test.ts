@@ -1,10 +1,15 @@
 import { randomBytes } from "node:crypto";
+import { spawn } from "node:child_process";
+import { once } from "node:events";
+import { createInterface } from "node:readline";
+import { fileURLToPath } from "node:url";
 import { setTimeout as sleep } from "node:timers/promises";
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ConversationBusyError, ConversationLeaseLostError, InvalidArgumentError, UnsafeStoreConfigError, effectOf, retryableOf } from "@dispatch-once/core";
 import { PostgresThreadLocks, type PostgresThreadLocksOptions } from "../src/index.js";
 import { testSeams } from "../src/thread-locks.js";
+import { compiledEntry } from "@dispatch-once/test-processes";
 
 /** The test server; connecting fails loudly when it is missing: these tests are never skipped. */
 const DATABASE_URL = process.env.DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/test";
@@ -41,7 +46,7 @@ const sessionsLeft = async () =>
   Number((await admin.query(`SELECT count(*) AS n FROM pg_stat_activity WHERE application_name = $1`, [APP])).rows[0].n);
 
 describe("withThread", () => {
-  it("runs a thread's sends one at a time, and two threads at once", async () => {
+  it("THREAD-1: runs a thread's sends one at a time, and two threads at once", async () => {
     const l = locks();
     const a = thread();
     const b = thread();
@@ -61,7 +66,7 @@ describe("withThread", () => {
     expect(await sessionsLeft()).toBe(0);
   });
 
-  it("a waiter past waitMs gets ConversationBusyError; the holder is unaffected", async () => {
+  it("THREAD-4: a waiter past waitMs gets ConversationBusyError; the holder is unaffected", async () => {
     const l = locks();
     const t = thread();
     let release!: () => void;
@@ -95,14 +100,14 @@ describe("withThread", () => {
     expect(await sessionsLeft()).toBe(0);
   });
 
-  it("a live holder idle in JS for longer than leaseMs keeps its thread (the heartbeat)", async () => {
+  it("THREAD-2: a live holder idle in JS for longer than leaseMs keeps its thread (the heartbeat)", async () => {
     const l = locks();
     const t = thread();
     let held!: () => void;
     const heldNow = new Promise<void>((r) => (held = r));
     const holder = l.withThread(t, async ({ client, signal }) => {
       held();
-      await sleep(2_200);
+      await sleep(1_600);
       expect(signal.aborted).toBe(false);
       await client.query(`INSERT INTO ${table} VALUES ($1, 'holder')`, [t]);
     });
@@ -113,7 +118,7 @@ describe("withThread", () => {
     expect(await rowsOf(t)).toEqual(["holder"]);
   });
 
-  it("a stopped holder loses its thread after leaseMs: the waiter gets it, and the holder's later writes fail and do not land", async () => {
+  it("THREAD-2, THREAD-3: a stopped holder loses its thread after leaseMs: the waiter gets it, and the holder's later writes fail and do not land", async () => {
     // The holder's heartbeat is suppressed, as in a SIGSTOPped process: its session goes idle.
     const stopped = locks({ [testSeams]: { heartbeat: false } });
     const t = thread();
@@ -153,7 +158,35 @@ describe("withThread", () => {
     expect(await sessionsLeft()).toBe(0);
   });
 
-  it("a transaction through held.pool (BEGIN ... COMMIT, as PostgresSaver) lands while held, and not after the lease ran out", async () => {
+  it("THREAD-2, THREAD-3: a holder process SIGSTOPped while holding loses its thread; resumed, its writes fail and do not land", async () => {
+    const t = thread();
+    const entry = compiledEntry(fileURLToPath(new URL("./stopped-holder.ts", import.meta.url)));
+    const child = spawn(process.execPath, [entry, DATABASE_URL, t, table, APP, `ns_${tag}`], { stdio: ["ignore", "pipe", "inherit"] });
+    try {
+      const lines = createInterface({ input: child.stdout })[Symbol.asyncIterator]();
+      expect((await lines.next()).value).toBe("held");
+      child.kill("SIGSTOP");
+      let report: unknown;
+      await locks().withThread(t, async ({ client }) => {
+        await client.query(`INSERT INTO ${table} VALUES ($1, 'waiter')`, [t]);
+        child.kill("SIGCONT");
+        report = JSON.parse((await lines.next()).value as string);
+        // Written while the waiter still holds the thread: the resumed holder's writes had their chance.
+      });
+      expect(report).toEqual({ outcomes: ["client failed", "pool failed"], aborted: true });
+      expect(await rowsOf(t)).toEqual(["waiter"]);
+      const [code] = await once(child, "exit");
+      expect(code).toBe(0);
+    } finally {
+      if (child.exitCode === null && child.signalCode === null) {
+        child.kill("SIGCONT");
+        child.kill("SIGKILL");
+      }
+    }
+    expect(await sessionsLeft()).toBe(0);
+  });
+
+  it("THREAD-3: a transaction through held.pool (BEGIN ... COMMIT, as PostgresSaver) lands while held, and not after the lease ran out", async () => {
     const t = thread();
     await locks().withThread(t, async ({ pool }) => {
       const c = await pool.connect();
@@ -186,7 +219,7 @@ describe("withThread", () => {
     expect(await rowsOf(t)).toEqual(["held-tx"]);
   });
 
-  it("work that throws releases the thread, its error passes through unchanged, and no session is left", async () => {
+  it("THREAD-5: work that throws releases the thread, its error passes through unchanged, and no session is left", async () => {
     const l = locks();
     const t = thread();
     const thrown = new Error("the model failed");
@@ -199,7 +232,7 @@ describe("withThread", () => {
   });
 });
 
-describe("bad input", () => {
+describe("THREAD-6: bad input", () => {
   it.each<[string, unknown, string]>([
     ["no server", { namespace: "x" }, "options.connectionString"],
     ["both", { connectionString: DATABASE_URL, client: () => new pg.Client() }, "options.connectionString"],
@@ -251,7 +284,7 @@ describe("bad input", () => {
     expect((noId as InvalidArgumentError).field).toBe("options.messageId");
   });
 
-  it("refuses a server below PostgreSQL 14 (no idle_session_timeout): UnsafeStoreConfigError, work not run, session ended", async () => {
+  it("THREAD-2: refuses a server below PostgreSQL 14 (no idle_session_timeout): UnsafeStoreConfigError, work not run, session ended", async () => {
     let ended = false;
     const old = {
       on() {},
