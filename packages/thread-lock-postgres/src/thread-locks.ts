@@ -254,7 +254,8 @@ export class PostgresThreadLocks {
         const got = await client.query<{ ok: boolean }>("SELECT pg_try_advisory_lock(hashtext($1), hashtext($2)) AS ok", key);
         if (got.rows[0]?.ok !== true) throw new ConversationBusyError(threadId, messageId ?? "(not given)", 0);
       } else {
-        await client.query(`SET lock_timeout = ${waitMs}`);
+        // waitMs alone bounds the wait: a role's statement_timeout would cut it short with a raw error.
+        await client.query(`SET lock_timeout = ${waitMs}; SET statement_timeout = 0`);
         try {
           await client.query("SELECT pg_advisory_lock(hashtext($1), hashtext($2))", key);
         } catch (error) {
@@ -263,7 +264,8 @@ export class PostgresThreadLocks {
           }
           throw error;
         }
-        await client.query("SET lock_timeout = 0");
+        // Back to the session's own settings (the role's or server's) for work.
+        await client.query("RESET lock_timeout; RESET statement_timeout");
       }
       const pool = new SessionPool(client);
       if (this.#seams.heartbeat !== false) {

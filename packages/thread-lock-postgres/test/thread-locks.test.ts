@@ -100,6 +100,36 @@ describe("withThread", () => {
     expect(await sessionsLeft()).toBe(0);
   });
 
+  it("THREAD-4: a role's statement_timeout shorter than waitMs neither cuts the wait short nor leaks into work", async () => {
+    const t = thread();
+    let held!: () => void;
+    const heldNow = new Promise<void>((r) => (held = r));
+    let release!: () => void;
+    const holder = locks().withThread(t, async () => {
+      held();
+      await new Promise<void>((r) => (release = r));
+    });
+    await heldNow;
+    // As a role or database default would (ALTER ROLE ... SET statement_timeout): the session starts with it.
+    const withTimeout = (statementTimeoutMs: number) =>
+      new PostgresThreadLocks({
+        client: () => new pg.Client({ connectionString: DATABASE_URL, application_name: APP, options: `-c statement_timeout=${statementTimeoutMs}` }),
+        namespace: `ns_${tag}`,
+        leaseMs: 1_000,
+        waitMs: 600,
+      });
+    const error = await withTimeout(150).withThread(t, async () => "ran").catch((e: unknown) => e);
+    expect(ConversationBusyError.isInstance(error)).toBe(true);
+    expect((error as ConversationBusyError).waitedMs).toBeGreaterThanOrEqual(550);
+    release();
+    await holder;
+    // Once held, the session's own settings are back: the role's statement_timeout applies to work.
+    const inWork = await withTimeout(150).withThread(t, async ({ client }) =>
+      Promise.all([client.query("SHOW statement_timeout"), client.query("SHOW lock_timeout")]).then((r) => r.map((x) => x.rows[0])),
+    );
+    expect(inWork).toEqual([{ statement_timeout: "150ms" }, { lock_timeout: "0" }]);
+  });
+
   it("THREAD-2: a live holder idle in JS for longer than leaseMs keeps its thread (the heartbeat)", async () => {
     const l = locks();
     const t = thread();
