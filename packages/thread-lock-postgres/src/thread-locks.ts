@@ -272,7 +272,9 @@ export class PostgresThreadLocks {
         // While this process runs its session is never idle for leaseMs; stopped, it is. Skipped while a
         // pool caller holds the session (its own queries keep it busy; an idle transaction is bounded).
         heartbeat = setInterval(() => {
-          if (pool.idle()) pool.query("SELECT 1").catch(onLost);
+          // A refused heartbeat is not a lost session (inside work's failed transaction it is refused with
+          // 25P02); a lost one is told by the client's 'error' and 'end' events.
+          if (pool.idle()) pool.query("SELECT 1").catch(() => {});
         }, Math.max(1, Math.floor(leaseMs / 3)));
         heartbeat.unref();
       }

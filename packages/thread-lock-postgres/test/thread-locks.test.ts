@@ -148,6 +148,22 @@ describe("withThread", () => {
     expect(await rowsOf(t)).toEqual(["holder"]);
   });
 
+  it("THREAD-3: a heartbeat refused inside work's failed transaction does not tell a live holder its thread is lost", async () => {
+    const t = thread();
+    const seen = await locks().withThread(t, async ({ client, signal }) => {
+      await client.query("BEGIN");
+      await client.query("SELECT 1/0").catch(() => {});
+      // The transaction is aborted: the heartbeats sent meanwhile are refused (25P02), the session is fine.
+      await sleep(800);
+      const aborted = signal.aborted;
+      await client.query("ROLLBACK");
+      await client.query(`INSERT INTO ${table} VALUES ($1, 'after-rollback')`, [t]);
+      return aborted;
+    });
+    expect(seen).toBe(false);
+    expect(await rowsOf(t)).toEqual(["after-rollback"]);
+  });
+
   it("THREAD-2, THREAD-3: a stopped holder loses its thread after leaseMs: the waiter gets it, and the holder's later writes fail and do not land", async () => {
     // The holder's heartbeat is suppressed, as in a SIGSTOPped process: its session goes idle.
     const stopped = locks({ [testSeams]: { heartbeat: false } });
