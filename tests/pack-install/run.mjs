@@ -24,6 +24,7 @@ const PUBLISHED = [
   "packages/runner",
   "packages/anthropic",
   "packages/conversation-postgres",
+  "packages/thread-lock-postgres",
   "packages/conversation-sqlite",
   "packages/ledger-postgres",
   "packages/ledger-redis",

@@ -10,6 +10,7 @@ import { startMockPayments } from "@dispatch-once/mock-payments";
 import { startMockProvider } from "@dispatch-once/mock-provider";
 import * as conversationSqlite from "@dispatch-once/conversation-sqlite";
 import * as conversationPostgres from "@dispatch-once/conversation-postgres";
+import { PostgresThreadLocks } from "@dispatch-once/thread-lock-postgres";
 import * as ledgerPostgres from "@dispatch-once/ledger-postgres";
 import * as ledgerRedis from "@dispatch-once/ledger-redis";
 import * as conformance from "@dispatch-once/conformance";
@@ -62,6 +63,7 @@ async function main(): Promise<void> {
       Object.keys(telemetry).length > 0,
       Object.keys(mockOpenai).length > 0,
       typeof mcp.McpToolGuard,
+      typeof PostgresThreadLocks,
     ];
     const ok =
       effects.length === 1 &&
