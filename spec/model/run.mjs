@@ -7,6 +7,8 @@
 //   node spec/model/run.mjs --deep      also the larger searches (several minutes; not run by CI)
 //   node spec/model/run.mjs --write     also regenerate COUNTEREXAMPLES.md and the figures in README.md
 //   node spec/model/run.mjs --shortest  search the expect checks breadth-first (shortest trails; --write does)
+//   node spec/model/run.mjs --record    also record, when every CI check passed, their inputs' hash in passed.json
+//   node spec/model/run.mjs --changed   CI: every CI check when the inputs differ from passed.json's; else SMOKE only
 //
 // A "verify" check must finish with `errors: 0` and a complete search. An "expect" check switches
 // a rule off (the turn-1 design, or the code on main where it lacks a proposed rule) and must
@@ -14,7 +16,8 @@
 // summarised into a timeline. No dependencies: node, spin (Debian package) and gcc.
 
 import { spawn, spawnSync } from "node:child_process";
-import { copyFileSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import { createHash } from "node:crypto";
+import { copyFileSync, existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir, cpus } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -1057,7 +1060,45 @@ for (const tool of ["spin", "gcc"]) {
 }
 const deep = args.includes("--deep");
 const shortest = write || args.includes("--shortest");
-const selected = only ? CHECKS.filter((c) => only.includes(c.name)) : CHECKS.filter((c) => deep || !c.deep);
+const ciChecks = CHECKS.filter((c) => !c.deep);
+
+// A check's verdict is a function of the model's files, this runner (the checks' defines, the compiler
+// flags, how a report is read) and the spin and gcc that build it: spin's searches here are exhaustive and
+// deterministic. passed.json keeps the hash of those inputs from a run in which every CI check passed
+// (--record); with --changed (CI), inputs that hash the same run only SMOKE, which proves spin, gcc and the
+// trail replay work on this machine, and any change to them runs every CI check again. Like a build cache:
+// nothing is taken on trust that the inputs do not already fix.
+const PASSED = join(HERE, "passed.json");
+const SMOKE = ["window-resume", "old-turn"];
+function inputsHash() {
+  const hash = createHash("sha256");
+  for (const f of readdirSync(HERE).filter((f) => f.endsWith(".pml") || f === "run.mjs").sort()) hash.update(`${f}\0`).update(readFileSync(join(HERE, f))).update("\0");
+  for (const [tool, argv] of [["spin", ["-V"]], ["gcc", ["--version"]]]) hash.update(spawnSync(tool, argv).stdout?.toString().split("\n")[0] ?? tool).update("\0");
+  return hash.digest("hex");
+}
+const inputs = inputsHash();
+let recorded;
+try {
+  recorded = existsSync(PASSED) ? JSON.parse(readFileSync(PASSED, "utf8")) : undefined;
+} catch {
+  recorded = undefined; // unreadable: every CI check runs
+}
+const unchanged = recorded?.inputs === inputs && JSON.stringify(recorded?.checks?.map((c) => c.name)) === JSON.stringify(ciChecks.map((c) => c.name));
+const changedOnly = args.includes("--changed") && !only && !deep;
+const selected = only
+  ? CHECKS.filter((c) => only.includes(c.name))
+  : changedOnly && unchanged
+    ? CHECKS.filter((c) => SMOKE.includes(c.name))
+    : CHECKS.filter((c) => deep || !c.deep);
+if (changedOnly) {
+  console.log(
+    unchanged
+      ? `The model, run.mjs, spin and gcc hash as when all ${ciChecks.length} CI checks last passed (spec/model/passed.json, ${recorded.at}, `
+        + `inputs ${inputs.slice(0, 12)}): running ${SMOKE.join(" and ")} to prove the toolchain; \`pnpm model\` runs them all.`
+      : `The model's inputs changed since spec/model/passed.json (inputs ${inputs.slice(0, 12)}, recorded ${String(recorded?.inputs ?? "none").slice(0, 12)}): `
+        + `running all ${ciChecks.length} CI checks (\`node spec/model/run.mjs --record\` records a pass).`,
+  );
+}
 // The CI checks whose search at -O0 takes above about 4 s of CPU: compiled with -Og (see check()).
 const OPTIMISE_OG = new Set(["lost-claim-tombstone", "lost-claim", "retention", "volatile", "acyclic", "replay"]);
 // Largest searches first, so that the two lanes end together.
@@ -1291,12 +1332,28 @@ const slowest = [...results].sort((a, b) => cpuOf(b) - cpuOf(a)).slice(0, 5);
 console.log(`CPU ${results.reduce((n, r) => n + cpuOf(r), 0).toFixed(1)} s in spin, gcc and pan; the slowest: `
   + slowest.map((r) => `${r.c.name} ${cpuOf(r).toFixed(1)} s`).join(", "));
 
+// --record: only a run of every CI check, all passing, on these inputs.
+if (args.includes("--record")) {
+  const ran = new Set(results.map((r) => r.c.name));
+  if (failed.length > 0 || !ciChecks.every((c) => ran.has(c.name))) {
+    console.error("--record: not recorded (it records a run in which every CI check ran and passed)");
+    process.exitCode = 1;
+  } else {
+    const checks = ciChecks.map((c) => {
+      const r = results.find((x) => x.c.name === c.name);
+      return { name: c.name, kind: c.kind, states: r.figures?.states ?? null, errors: r.figures?.errors ?? null };
+    });
+    writeFileSync(PASSED, `${JSON.stringify({ inputs, at: new Date().toISOString(), spin: spawnSync("spin", ["-V"]).stdout.toString().trim(), checks }, null, 2)}\n`);
+    console.log(`recorded ${checks.length} passed CI checks in spec/model/passed.json (inputs ${inputs.slice(0, 12)})`);
+  }
+}
+
 // With --only, --write replaces (or adds) only the named checks' sections and figure rows.
 if (write && failed.length === 0) {
   writeCounterexamples(results.filter((r) => r.c.kind === "expect"));
   writeFigures(results);
 }
-process.exit(failed.length ? 1 : 0);
+process.exit(failed.length ? 1 : (process.exitCode ?? 0));
 
 function writeCounterexamples(expects) {
   const spinVersion = spawnSync("spin", ["-V"]).stdout.toString().trim();
