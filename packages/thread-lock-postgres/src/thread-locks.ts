@@ -1,10 +1,13 @@
+import { AsyncLocalStorage } from "node:async_hooks";
 import pg from "pg";
 import {
   ConversationBusyError,
   ConversationLeaseLostError,
   InvalidArgumentError,
+  StoreUnavailableError,
   UnsafeStoreConfigError,
   describeValue,
+  isDispatchOnceError,
 } from "@dispatch-once/core";
 
 /** Default {@link PostgresThreadLocksOptions.namespace}. */
@@ -15,6 +18,8 @@ export const DEFAULT_APPLICATION_NAME = "dispatch-once-thread-lock";
 export const DEFAULT_LEASE_MS = 30_000;
 /** Default {@link PostgresThreadLocksOptions.waitMs}. */
 export const DEFAULT_WAIT_MS = 60_000;
+/** Default {@link PostgresThreadLocksOptions.connectTimeoutMs}. */
+export const DEFAULT_CONNECT_TIMEOUT_MS = 10_000;
 /** The shortest lease accepted: a shorter one is lost to an ordinary event-loop stall. */
 export const MIN_LEASE_MS = 1_000;
 /** The longest lease or wait: PostgreSQL's timeouts are 32-bit milliseconds. */
@@ -69,6 +74,15 @@ export interface PostgresThreadLocksOptions {
    * @example "chat-thread-lock"
    */
   applicationName?: string | undefined;
+  /**
+   * How long opening a lock's session from `connectionString` may take (pg's `connectionTimeoutMillis`)
+   * before the send is refused with `StoreUnavailableError`: without it a server that accepts and never
+   * answers keeps the send waiting for ever. Integer milliseconds, at least 1. Not accepted with
+   * `client`: set `connectionTimeoutMillis` on the client your factory makes (pg's default, 0, never gives up).
+   * @default 10000 (10 s)
+   * @example 3_000
+   */
+  connectTimeoutMs?: number | undefined;
 }
 
 export interface WithThreadOptions {
@@ -108,9 +122,11 @@ export interface ThreadSessionPool {
 export interface HeldThread {
   readonly threadId: string;
   /**
-   * The session that holds the lock. Writes that must not land after the lock is lost go through it
-   * (or `pool`): once the server ended the session they fail. One query at a time, and not while a
-   * `pool` caller holds the session.
+   * The session that holds the lock, a `pg.Client` to give libraries that take one. Writes that must not
+   * land after the lock is lost go through it (or `pool`): once the server ended the session they fail.
+   * One query at a time, and not while a `pool` caller holds the session. Its `query` is wrapped on this
+   * instance so that the heartbeat is never sent while one of work's queries is under way, nor one of
+   * work's promise queries while a heartbeat is (pg would queue it and warn).
    */
   readonly client: pg.Client;
   /** The same session, one caller at a time, for libraries that take a pool. */
@@ -135,7 +151,7 @@ interface Resolved {
   applicationName: string;
 }
 
-const KNOWN_OPTIONS = new Set(["connectionString", "client", "namespace", "leaseMs", "waitMs", "applicationName"]);
+const KNOWN_OPTIONS = new Set(["connectionString", "client", "namespace", "leaseMs", "waitMs", "applicationName", "connectTimeoutMs"]);
 
 /** Every option checked once, here: a bad one is an `InvalidArgumentError` naming it. */
 function resolveOptions(options: unknown): Resolved {
@@ -173,10 +189,17 @@ function resolveOptions(options: unknown): Resolved {
   if (!Number.isInteger(waitMs) || (waitMs as number) < 0 || (waitMs as number) > MAX_MS) {
     throw new InvalidArgumentError("options.waitMs", `expected an integer from 0 to ${MAX_MS} (milliseconds), got ${describeValue(o.waitMs)}`);
   }
+  if (hasClient && o.connectTimeoutMs !== undefined) {
+    throw new InvalidArgumentError("options.connectTimeoutMs", "applies to connectionString only: set connectionTimeoutMillis on the client your factory makes");
+  }
+  const connectTimeoutMs = o.connectTimeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS;
+  if (!Number.isInteger(connectTimeoutMs) || (connectTimeoutMs as number) < 1 || (connectTimeoutMs as number) > MAX_MS) {
+    throw new InvalidArgumentError("options.connectTimeoutMs", `expected an integer from 1 to ${MAX_MS} (milliseconds), got ${describeValue(o.connectTimeoutMs)}`);
+  }
   const url = o.connectionString as string;
   const connect = hasClient
     ? (o.client as () => pg.Client)
-    : () => new pg.Client({ connectionString: url, application_name: applicationName });
+    : () => new pg.Client({ connectionString: url, application_name: applicationName, connectionTimeoutMillis: connectTimeoutMs as number });
   return { connect, namespace, leaseMs: leaseMs as number, waitMs: waitMs as number, applicationName };
 }
 
@@ -185,6 +208,18 @@ function checkThreadId(threadId: unknown): asserts threadId is string {
     throw new InvalidArgumentError("threadId", `expected a non-empty string of at most ${MAX_THREAD_ID_LENGTH} characters without NUL, got ${describeValue(threadId)}`);
   }
 }
+
+/** A thread a send holds in this async context, while its work runs. */
+interface HeldHere {
+  readonly key: string;
+  active: boolean;
+}
+/**
+ * The threads the current async context holds. A withThread nested in work on the same thread would wait
+ * for its own lock until waitMs and then be told busy; an entry is marked inactive when its work settles,
+ * so a callback work left behind does not refuse a later send.
+ */
+const heldHere = new AsyncLocalStorage<readonly HeldHere[]>();
 
 /** SQLSTATE lock_not_available: `lock_timeout` ran out. */
 const LOCK_NOT_AVAILABLE = "55P03";
@@ -219,7 +254,15 @@ export class PostgresThreadLocks {
     if (messageId !== undefined && (typeof messageId !== "string" || messageId === "")) {
       throw new InvalidArgumentError("options.messageId", `expected a non-empty string, got ${describeValue(messageId)}`);
     }
-    const { leaseMs, waitMs, namespace } = this.#options;
+    const { leaseMs, namespace } = this.#options;
+    const heldKey = `${namespace}\0${threadId}`;
+    const outer = heldHere.getStore() ?? [];
+    if (outer.some((h) => h.active && h.key === heldKey)) {
+      throw new InvalidArgumentError(
+        "threadId",
+        `withThread nested in the work of a withThread that holds thread ${JSON.stringify(threadId)} (namespace ${JSON.stringify(namespace)}) in this async context: it would wait for its own lock; use the outer send's held thread instead`,
+      );
+    }
     const client = this.#options.connect();
     const lost = new AbortController();
     let pid = 0;
@@ -231,70 +274,123 @@ export class PostgresThreadLocks {
     // failure, not as an unhandled 'error' event.
     client.on("error", onLost);
     client.on("end", onLost);
-    await client.connect();
     let heartbeat: NodeJS.Timeout | undefined;
+    const here: HeldHere = { key: heldKey, active: false };
     try {
-      const version = await client.query<{ v: string; pid: number }>("SELECT current_setting('server_version_num') AS v, pg_backend_pid() AS pid");
-      const row = version.rows[0];
-      pid = row?.pid ?? 0;
-      if (row === undefined || !(Number(row.v) >= MIN_SERVER_VERSION_NUM)) {
-        throw new UnsafeStoreConfigError(
-          "postgresql",
-          "server_version_num",
-          String(row?.v),
-          "a thread lock needs PostgreSQL 14 or later (idle_session_timeout): on an older server a stopped holder would keep its thread for ever",
+      let pool: SessionPool;
+      try {
+        await client.connect();
+        pool = await this.#acquire(client, threadId, messageId, (p) => (pid = p));
+      } catch (error) {
+        // Busy, a server below 14: already typed. Anything else (a connect refused or timed out, a session
+        // the server ended while it waited) is a store that failed before work ran: the send may be sent again.
+        if (isDispatchOnceError(error)) throw error;
+        throw new StoreUnavailableError(
+          `thread lock for ${JSON.stringify(threadId)}: could not open the lock's session or take the lock (${(error as Error)?.message ?? String(error)}); nothing of work ran`,
+          { cause: error },
         );
       }
-      if (this.#seams.idleTimeouts !== false) {
-        await client.query(`SET idle_session_timeout = ${leaseMs}; SET idle_in_transaction_session_timeout = ${leaseMs}`);
-      }
-      const key = [namespace, threadId];
-      const started = Date.now();
-      if (waitMs === 0) {
-        const got = await client.query<{ ok: boolean }>("SELECT pg_try_advisory_lock(hashtext($1), hashtext($2)) AS ok", key);
-        if (got.rows[0]?.ok !== true) throw new ConversationBusyError(threadId, messageId ?? "(not given)", 0);
-      } else {
-        // waitMs alone bounds the wait: a role's statement_timeout would cut it short with a raw error.
-        await client.query(`SET lock_timeout = ${waitMs}; SET statement_timeout = 0`);
-        try {
-          await client.query("SELECT pg_advisory_lock(hashtext($1), hashtext($2))", key);
-        } catch (error) {
-          if ((error as { code?: unknown }).code === LOCK_NOT_AVAILABLE) {
-            throw new ConversationBusyError(threadId, messageId ?? "(not given)", Date.now() - started);
-          }
-          throw error;
-        }
-        // Back to the session's own settings (the role's or server's) for work.
-        await client.query("RESET lock_timeout; RESET statement_timeout");
-      }
-      const pool = new SessionPool(client);
       if (this.#seams.heartbeat !== false) {
         // While this process runs its session is never idle for leaseMs; stopped, it is. Skipped while a
-        // pool caller holds the session (its own queries keep it busy; an idle transaction is bounded).
+        // pool caller holds the session or one of work's queries is under way (they keep it busy; an idle
+        // transaction is bounded).
         heartbeat = setInterval(() => {
           // A refused heartbeat is not a lost session (inside work's failed transaction it is refused with
           // 25P02); a lost one is told by the client's 'error' and 'end' events.
-          if (pool.idle()) pool.query("SELECT 1").catch(() => {});
+          if (pool.idle()) pool.beat();
         }, Math.max(1, Math.floor(leaseMs / 3)));
         heartbeat.unref();
       }
-      return await work({ threadId, client, pool, signal: lost.signal });
+      here.active = true;
+      return await heldHere.run([...outer, here], () => work({ threadId, client, pool, signal: lost.signal }));
     } finally {
+      here.active = false;
       clearInterval(heartbeat);
       ending = true;
       // Ending the session releases the lock (and rolls back a transaction work left open).
       await client.end().catch(() => {});
     }
   }
+
+  /** Checks the server, sets the session's timeouts and takes the lock: nothing of work runs before it returns. */
+  async #acquire(client: pg.Client, threadId: string, messageId: string | undefined, setPid: (pid: number) => void): Promise<SessionPool> {
+    const { leaseMs, waitMs, namespace } = this.#options;
+    const version = await client.query<{ v: string; pid: number }>("SELECT current_setting('server_version_num') AS v, pg_backend_pid() AS pid");
+    const row = version.rows[0];
+    setPid(row?.pid ?? 0);
+    if (row === undefined || !(Number(row.v) >= MIN_SERVER_VERSION_NUM)) {
+      throw new UnsafeStoreConfigError(
+        "postgresql",
+        "server_version_num",
+        String(row?.v),
+        "a thread lock needs PostgreSQL 14 or later (idle_session_timeout): on an older server a stopped holder would keep its thread for ever",
+      );
+    }
+    if (this.#seams.idleTimeouts !== false) {
+      await client.query(`SET idle_session_timeout = ${leaseMs}; SET idle_in_transaction_session_timeout = ${leaseMs}`);
+    }
+    const key = [namespace, threadId];
+    const started = Date.now();
+    if (waitMs === 0) {
+      const got = await client.query<{ ok: boolean }>("SELECT pg_try_advisory_lock(hashtext($1), hashtext($2)) AS ok", key);
+      if (got.rows[0]?.ok !== true) throw new ConversationBusyError(threadId, messageId ?? "(not given)", 0);
+    } else {
+      // waitMs alone bounds the wait: a role's statement_timeout would cut it short with a raw error.
+      await client.query(`SET lock_timeout = ${waitMs}; SET statement_timeout = 0`);
+      try {
+        await client.query("SELECT pg_advisory_lock(hashtext($1), hashtext($2))", key);
+      } catch (error) {
+        if ((error as { code?: unknown }).code === LOCK_NOT_AVAILABLE) {
+          throw new ConversationBusyError(threadId, messageId ?? "(not given)", Date.now() - started);
+        }
+        throw error;
+      }
+      // Back to the session's own settings (the role's or server's) for work.
+      await client.query("RESET lock_timeout; RESET statement_timeout");
+    }
+    return new SessionPool(client);
+  }
 }
+
+type AnyQuery = (...args: unknown[]) => unknown;
+/** pg 8's own queue state: a query of work's in any form (callback, cursor) is under way or queued. */
+const pgBusy = (client: pg.Client): boolean => {
+  const c = client as unknown as { _activeQuery?: unknown; _queryQueue?: unknown[] };
+  return (c._activeQuery !== null && c._activeQuery !== undefined) || (c._queryQueue?.length ?? 0) > 0;
+};
 
 /** The locked session handed out to one caller at a time. */
 class SessionPool implements ThreadSessionPool {
   #queue: Promise<void> = Promise.resolve();
   #out = 0;
-  constructor(private readonly session: pg.Client) {}
+  /** Work's promise queries under way on the session (held.client's and this pool's). */
+  #working = 0;
+  /** The heartbeat under way, which work's next promise query waits for. */
+  #beat: Promise<void> | undefined;
+  readonly #send: AnyQuery;
+  constructor(private readonly session: pg.Client) {
+    const send = (session.query as AnyQuery).bind(session);
+    this.#send = send;
+    // Wrapped on the instance, so held.client stays the pg.Client libraries take (instanceof, events).
+    // A callback or submittable (cursor) query is passed straight on: pg's own queue state covers it.
+    (session as unknown as { query: AnyQuery }).query = (...args: unknown[]) => {
+      const first = args[0] as { submit?: unknown } | undefined;
+      if (typeof args[args.length - 1] === "function" || typeof first?.submit === "function") return send(...args);
+      this.#working++;
+      const run = () => send(...args) as Promise<unknown>;
+      const beat = this.#beat;
+      return (beat === undefined ? run() : beat.then(run)).finally(() => this.#working--);
+    };
+  }
   idle(): boolean {
-    return this.#out === 0;
+    return this.#out === 0 && this.#working === 0 && this.#beat === undefined && !pgBusy(this.session);
+  }
+  /** One heartbeat; its failure is ignored (see withThread). */
+  beat(): void {
+    this.#beat = (this.#send("SELECT 1") as Promise<unknown>).then(
+      () => {},
+      () => {},
+    ).finally(() => (this.#beat = undefined));
   }
   async connect(): Promise<ThreadSessionClient> {
     let done!: () => void;

@@ -6,7 +6,16 @@ import { fileURLToPath } from "node:url";
 import { setTimeout as sleep } from "node:timers/promises";
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { ConversationBusyError, ConversationLeaseLostError, InvalidArgumentError, UnsafeStoreConfigError, effectOf, retryableOf } from "@dispatch-once/core";
+import { createServer, type Socket } from "node:net";
+import {
+  ConversationBusyError,
+  ConversationLeaseLostError,
+  InvalidArgumentError,
+  StoreUnavailableError,
+  UnsafeStoreConfigError,
+  effectOf,
+  retryableOf,
+} from "@dispatch-once/core";
 import { PostgresThreadLocks, type PostgresThreadLocksOptions } from "../src/index.js";
 import { testSeams } from "../src/thread-locks.js";
 import { compiledEntry } from "@dispatch-once/test-processes";
@@ -278,6 +287,152 @@ describe("withThread", () => {
   });
 });
 
+describe("THREAD-4: failures before work runs are store_unavailable", () => {
+  const expectUnavailable = (error: unknown) => {
+    expect(StoreUnavailableError.isInstance(error)).toBe(true);
+    expect((error as Error).cause).toBeDefined();
+    // Nothing of work ran: the sender may send the same message again.
+    expect(retryableOf(error)).toBe("same_message");
+  };
+
+  it("a port nothing listens on", async () => {
+    let ran = false;
+    const l = locks({ connectionString: "postgres://postgres@127.0.0.1:1/test" });
+    const error = await l.withThread(thread(), async () => void (ran = true)).catch((e: unknown) => e);
+    expectUnavailable(error);
+    expect(((error as Error).cause as { code?: string }).code).toBe("ECONNREFUSED");
+    expect(ran).toBe(false);
+  });
+
+  it("a server that accepts and never answers: connect bounded by connectTimeoutMs", async () => {
+    const sockets: Socket[] = [];
+    const silent = createServer((socket) => void sockets.push(socket));
+    await new Promise<void>((r) => silent.listen(0, "127.0.0.1", r));
+    const port = (silent.address() as { port: number }).port;
+    try {
+      const l = locks({ connectionString: `postgres://postgres@127.0.0.1:${port}/test`, connectTimeoutMs: 300 } as never);
+      const started = performance.now();
+      const error = await Promise.race([
+        l.withThread(thread(), async () => "ran").catch((e: unknown) => e),
+        sleep(3_000).then(() => "still connecting after 3 s"),
+      ]);
+      expectUnavailable(error);
+      expect(performance.now() - started).toBeLessThan(2_000);
+    } finally {
+      for (const s of sockets) s.destroy();
+      silent.close();
+    }
+  });
+
+  it("a client factory whose connect rejects", async () => {
+    const refused = new Error("TLS handshake refused");
+    let ended = false;
+    const failing = {
+      on() {},
+      async connect() {
+        throw refused;
+      },
+      async end() {
+        ended = true;
+      },
+    };
+    const l = new PostgresThreadLocks({ client: () => failing as unknown as pg.Client });
+    const error = await l.withThread("t", async () => "ran").catch((e: unknown) => e);
+    expectUnavailable(error);
+    expect((error as Error).cause).toBe(refused);
+    expect(ended).toBe(true);
+  });
+
+  it("the backend terminated while the send waits for the lock", async () => {
+    const t = thread();
+    let held!: () => void;
+    const heldNow = new Promise<void>((r) => (held = r));
+    let release!: () => void;
+    const holder = locks().withThread(t, async () => {
+      held();
+      await new Promise<void>((r) => (release = r));
+    });
+    await heldNow;
+    const waiterApp = `${APP}_w`;
+    let ran = false;
+    const waiter = locks({ applicationName: waiterApp }).withThread(t, async () => void (ran = true)).catch((e: unknown) => e);
+    // Wait until the waiter's session waits on the advisory lock, then kill it from outside.
+    for (let i = 0; ; i++) {
+      const r = await admin.query(`SELECT pid FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'`, [waiterApp]);
+      if (r.rows.length > 0) {
+        await admin.query("SELECT pg_terminate_backend($1)", [r.rows[0].pid]);
+        break;
+      }
+      if (i > 100) throw new Error("the waiter never waited");
+      await sleep(20);
+    }
+    const error = await waiter;
+    expectUnavailable(error);
+    expect(ran).toBe(false);
+    release();
+    await holder;
+    expect(await sessionsLeft()).toBe(0);
+    expect(Number((await admin.query(`SELECT count(*) AS n FROM pg_stat_activity WHERE application_name = $1`, [waiterApp])).rows[0].n)).toBe(0);
+  });
+});
+
+describe("nesting", () => {
+  it("THREAD-6: withThread on the thread the same async context holds is refused at once, not a wait for itself", async () => {
+    const t = thread();
+    const started = performance.now();
+    const inner = await locks({ waitMs: 3_000 }).withThread(t, async () =>
+      locks({ waitMs: 3_000 }).withThread(t, async () => "inner ran").catch((e: unknown) => e),
+    );
+    expect(performance.now() - started).toBeLessThan(1_000);
+    expect(InvalidArgumentError.isInstance(inner)).toBe(true);
+    expect((inner as InvalidArgumentError).field).toBe("threadId");
+    expect((inner as Error).message).toMatch(/nested/);
+    // Another thread inside work is fine, and once work settled the thread is free in that context again.
+    const l = locks();
+    expect(await l.withThread(t, async () => l.withThread(thread(), async () => "other"))).toBe("other");
+    expect(await sessionsLeft()).toBe(0);
+  });
+
+  it("THREAD-1: two concurrent sends of one thread (not nested) still wait for each other", async () => {
+    const l = locks();
+    const t = thread();
+    const spans: [number, number][] = [];
+    const send = () =>
+      l.withThread(t, async () => {
+        const start = performance.now();
+        await sleep(200);
+        spans.push([start, performance.now()]);
+      });
+    await Promise.all([send(), send()]);
+    expect(spans[1]![0]).toBeGreaterThanOrEqual(spans[0]![1]);
+  });
+});
+
+describe("THREAD-2: the heartbeat", () => {
+  it("never overlaps a query of work's on held.client (pg would queue it and warn)", async () => {
+    let inFlight = 0;
+    let most = 0;
+    const counted = () => {
+      const c = new pg.Client({ connectionString: DATABASE_URL, application_name: APP });
+      const query = c.query.bind(c) as (...args: unknown[]) => unknown;
+      (c as unknown as { query: unknown }).query = (...args: unknown[]) => {
+        inFlight++;
+        most = Math.max(most, inFlight);
+        const r = query(...args) as Promise<unknown>;
+        return r.finally(() => inFlight--);
+      };
+      return c;
+    };
+    const l = new PostgresThreadLocks({ client: counted, namespace: `ns_${tag}`, leaseMs: 1_000, waitMs: 5_000 });
+    await l.withThread(thread(), async ({ client }) => {
+      most = 0;
+      // Three heartbeat periods inside one query of work's.
+      await client.query("SELECT pg_sleep(1.1)");
+    });
+    expect(most).toBe(1);
+  });
+});
+
 describe("THREAD-6: bad input", () => {
   it.each<[string, unknown, string]>([
     ["no server", { namespace: "x" }, "options.connectionString"],
@@ -293,6 +448,9 @@ describe("THREAD-6: bad input", () => {
     ["infinite wait", { connectionString: DATABASE_URL, waitMs: Infinity }, "options.waitMs"],
     ["empty namespace", { connectionString: DATABASE_URL, namespace: "" }, "options.namespace"],
     ["NUL in application name", { connectionString: DATABASE_URL, applicationName: "a\0b" }, "options.applicationName"],
+    ["connect timeout 0", { connectionString: DATABASE_URL, connectTimeoutMs: 0 }, "options.connectTimeoutMs"],
+    ["connect timeout fractional", { connectionString: DATABASE_URL, connectTimeoutMs: 10.5 }, "options.connectTimeoutMs"],
+    ["connect timeout with a client factory", { client: () => new pg.Client(), connectTimeoutMs: 1000 }, "options.connectTimeoutMs"],
     ["misspelt option", { connectionString: DATABASE_URL, leaseMS: 5000 }, "options.leaseMS"],
     ["not an object", "postgres://x", "options"],
     ["null", null, "options"],
