@@ -22,6 +22,7 @@ import {
   type DispatchOutcome,
 } from "@dispatch-once/core";
 import { createPostgresLedger } from "@dispatch-once/ledger-postgres";
+import { PostgresThreadLocks } from "@dispatch-once/thread-lock-postgres";
 import { paymentTools } from "./tools.js";
 
 /** What the user is told about one effect (a write call). */
@@ -74,43 +75,8 @@ export interface AppOptions {
   waitMs?: number;
   /** A thread lock's holder silent this long loses the lock (the server ends its session). Default 30 000. */
   threadLeaseMs?: number;
-  /** How long a send waits for a thread another send holds before ThreadBusyError. Default 60 000. */
+  /** How long a send waits for a thread another send holds before ConversationBusyError. Default 60 000. */
   threadWaitMs?: number;
-}
-
-/** A send that waited its bound for a thread another send holds: nothing of this message ran here; send it again (same id). */
-export class ThreadBusyError extends Error {
-  readonly code = "thread_busy";
-  constructor(readonly threadId: string, readonly waitedMs: number) {
-    super(`thread ${threadId} is answering another message; still busy after ${waitedMs} ms`);
-  }
-}
-
-/**
- * The one connection a send holds its thread's lock on, as PostgresSaver uses a pool: connect() hands
- * it out to one caller at a time (each of PostgresSaver's writes is its own BEGIN ... COMMIT on it).
- * Every checkpoint read and write of the send goes over the lock's own session, so a write can reach the
- * server only while the lock is held: a session that lost it (ended by the server) carries nothing more.
- */
-class LockSessionPool {
-  private queue: Promise<void> = Promise.resolve();
-  constructor(private readonly session: pg.Client) {}
-  async connect() {
-    let done!: () => void;
-    const previous = this.queue;
-    this.queue = new Promise<void>((resolve) => (done = resolve));
-    await previous;
-    return { query: (text: string, values?: unknown[]) => this.session.query(text, values), release: () => done() };
-  }
-  async query(text: string, values?: unknown[]) {
-    const client = await this.connect();
-    try {
-      return await client.query(text, values);
-    } finally {
-      client.release();
-    }
-  }
-  async end() {}
 }
 
 /**
@@ -256,56 +222,38 @@ export async function openApp(options: AppOptions) {
   const graph = builder.compile({ checkpointer });
   type Graph = typeof graph;
 
-  const threadLeaseMs = options.threadLeaseMs ?? 30_000;
-  const threadWaitMs = options.threadWaitMs ?? 60_000;
+  if (plant === "lock-no-expiry") {
+    // The package always sets idle_session_timeout and sends a heartbeat (THREAD-2): an app cannot build
+    // a lock that a stopped holder keeps for ever through its API.
+    throw new Error("PLANT=lock-no-expiry cannot be built with @dispatch-once/thread-lock-postgres: its lock always expires (THREAD-2)");
+  }
   /**
    * Runs `work` holding the thread's lock: a thread answers its messages one at a time (TURN-9, TURN-10).
    * LangGraph has no turn lease: two different messages run at once both read `turns` from the same
    * checkpoint, both pay under one turn index, and both commit, as two branches of which getState shows one.
-   * The lock is a PostgreSQL session advisory lock on a connection of its own, and:
-   * - the graph `work` is given writes its checkpoints over that same session (LockSessionPool): the lock is
-   *   the fence. A holder whose session the server ended writes nothing more; a write that reached the
-   *   server ran while its session held the lock.
-   * - a holder that dies (SIGKILL, a crash) drops the connection, and with it the lock, at once;
-   * - a holder that stops (SIGSTOP, a frozen VM, a partition) stops its heartbeat, and the server ends its
-   *   idle session after threadLeaseMs (idle_session_timeout; idle_in_transaction_session_timeout inside
-   *   one of the checkpointer's transactions): the lock is a lease that expires, without a paused holder
-   *   writing after it (its next checkpoint write fails, and its client is told to send again);
-   * - a sender that finds the lock held waits up to threadWaitMs (lock_timeout), then ThreadBusyError.
-   * The lock's key is (hashtext(checkpoint schema), hashtext(thread id)): two threads whose ids collide
-   * only wait for each other. A transaction-mode pooler (PgBouncer) cannot hold a session lock.
+   * The lock is @dispatch-once/thread-lock-postgres (FRICTION 11: what this app built by hand, packaged):
+   * a session advisory lock on a connection of its own, which a stopped holder loses after threadLeaseMs;
+   * the graph `work` is given writes its checkpoints over that same session (`held.pool`), so the lock
+   * fences them. A sender that finds the lock held waits up to threadWaitMs, then ConversationBusyError;
+   * a server that cannot be reached is StoreUnavailableError; both say "send the same message again".
+   * The namespace is the checkpoint schema: two threads whose ids collide only wait for each other.
    */
-  async function withThread<T>(threadId: string, work: (graph: Graph) => Promise<T>): Promise<T> {
+  const threadLocks = new PostgresThreadLocks({
+    connectionString: options.databaseUrl,
+    namespace: `${options.schema}_cp`,
+    leaseMs: options.threadLeaseMs ?? 30_000,
+    waitMs: options.threadWaitMs ?? 60_000,
+  });
+  async function withThread<T>(threadId: string, work: (graph: Graph) => Promise<T>, messageId?: string): Promise<T> {
     if (plant === "no-thread-lock") return work(graph);
-    const session = new pg.Client({ connectionString: options.databaseUrl });
-    // The server ended the session (the lease ran out while this process was stopped): the next query
-    // through it fails, which is what stops this holder's writes. Not an unhandled 'error' event.
-    session.on("error", () => {});
-    await session.connect();
-    let heartbeat: NodeJS.Timeout | undefined;
-    try {
-      if (plant !== "lock-no-expiry") {
-        const ms = Math.ceil(threadLeaseMs);
-        await session.query(`SET idle_session_timeout = ${ms}; SET idle_in_transaction_session_timeout = ${ms}`);
-      }
-      await session.query(`SET lock_timeout = ${Math.ceil(threadWaitMs)}`);
-      try {
-        await session.query("SELECT pg_advisory_lock(hashtext($1), hashtext($2))", [`${options.schema}_cp`, threadId]);
-      } catch (error) {
-        if ((error as { code?: string }).code === "55P03") throw new ThreadBusyError(threadId, threadWaitMs);
-        throw error;
-      }
-      await session.query("SET lock_timeout = 0");
-      const sessionPool = new LockSessionPool(session);
-      // While this process runs, its session is never idle for threadLeaseMs; stopped, it is. Through the
-      // one-caller pool: pg 8 deprecates a query sent while another runs on the same client.
-      if (plant !== "lock-no-expiry") heartbeat = setInterval(() => void sessionPool.query("SELECT 1").catch(() => {}), Math.max(1, Math.floor(threadLeaseMs / 3)));
-      const saver = plant === "lock-unfenced" ? checkpointer : new PostgresSaver(sessionPool as never, undefined, { schema: `${options.schema}_cp` });
-      return await work(builder.compile({ checkpointer: saver }));
-    } finally {
-      clearInterval(heartbeat);
-      await session.end().catch(() => {}); // ends the session, and with it the lock
-    }
+    return threadLocks.withThread(
+      threadId,
+      async (held) => {
+        const saver = plant === "lock-unfenced" ? checkpointer : new PostgresSaver(held.pool as never, undefined, { schema: `${options.schema}_cp` });
+        return work(builder.compile({ checkpointer: saver }));
+      },
+      messageId === undefined ? {} : { messageId },
+    );
   }
 
   /**
@@ -315,7 +263,7 @@ export async function openApp(options: AppOptions) {
    */
   type Sent = { told: Told[]; answeredBefore: boolean; interrupted: unknown[] | undefined };
   async function send(threadId: string, messageId: string, text: string, extra: Record<string, unknown> = {}): Promise<Sent> {
-    return withThread(threadId, (graph) => sendHolding(graph, threadId, messageId, text, extra));
+    return withThread(threadId, (graph) => sendHolding(graph, threadId, messageId, text, extra), messageId);
   }
   async function sendHolding(graph: Graph, threadId: string, messageId: string, text: string, extra: Record<string, unknown>): Promise<Sent> {
     const config = { configurable: { thread_id: threadId, ...extra } };
@@ -381,7 +329,6 @@ function tellOutcome(callId: string, outcome: DispatchOutcome): Told {
 
 /** What the user is told when an invoke itself fails (the error escaped the graph). */
 export function tellError(error: unknown): { status: Told["status"] | "unknown"; text: string } {
-  if (error instanceof ThreadBusyError) return { status: "unknown", text: `not answered yet (${error.message}); send the same message again` };
   const entry = catalogueEntry(error);
   if (entry === undefined) {
     const name = (error as Error)?.constructor?.name ?? "Error";
