@@ -1073,7 +1073,9 @@ const SMOKE = ["window-resume", "old-turn"];
 function inputsHash() {
   const hash = createHash("sha256");
   for (const f of readdirSync(HERE).filter((f) => f.endsWith(".pml") || f === "run.mjs").sort()) hash.update(`${f}\0`).update(readFileSync(join(HERE, f))).update("\0");
-  for (const [tool, argv] of [["spin", ["-V"]], ["gcc", ["--version"]]]) hash.update(spawnSync(tool, argv).stdout?.toString().split("\n")[0] ?? tool).update("\0");
+  /** @type {[string, string[]][]} */
+  const versions = [["spin", ["-V"]], ["gcc", ["--version"]]];
+  for (const [tool, argv] of versions) hash.update(spawnSync(tool, argv).stdout?.toString().split("\n")[0] ?? tool).update("\0");
   return hash.digest("hex");
 }
 const inputs = inputsHash();
