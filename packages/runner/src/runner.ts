@@ -1556,6 +1556,7 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
           effects: ordered.map(({ row, ordinal }): InProgressEffect => {
             // The row's reading as a record lists it (RECORD-8), without its summary, worded for an earlier run.
             const { key, name, state, effect, result, error, input } = unansweredCall(row);
+            const madeForMessage = madeFor.get(key);
             return {
               key,
               name,
@@ -1566,7 +1567,7 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
               ...(input !== undefined ? { input } : {}),
               ...(result !== undefined ? { result } : {}),
               ...(error !== undefined ? { error } : {}),
-              ...(madeFor.has(key) ? { messageId: madeFor.get(key)! } : {}),
+              ...(madeForMessage !== undefined ? { messageId: madeForMessage } : {}),
             };
           }),
         };
