@@ -286,6 +286,32 @@ export function responseFate(request: ProxiedRequest, finishType: string): "whol
   return request.end === "fin" && request.sent >= range.end ? "whole" : "either";
 }
 
+/**
+ * The same cut planned on the first 3 targeted responses of each case (the attempts of the first
+ * send), then the user's re-send: the requests a case made say at which attempt its turn committed,
+ * and that attempt must not have been cut before its finish. A cut at a fraction of the body falls
+ * where it falls in each attempt's own rendering, and renderings differ in length, so a later
+ * attempt may arrive whole and commit; and where an event follows the finish (Converse's
+ * `metadata`), an attempt whole to its finish may still fail. `perAttempt` is how many requests an
+ * attempt makes (2 where the target is the answer after the payment); the attempt that commits
+ * makes 2 (its targeted response, then the answer; the re-send likewise). Returns how many cases
+ * failed their first send, for the caller to require that most did.
+ */
+export function expectRequestsByFate(cases: readonly ByteCase[], requests: readonly ProxiedRequest[], options: { finishType: string; isTarget?: (request: ProxiedRequest) => boolean; perAttempt?: number }): number {
+  const perAttempt = options.perAttempt ?? 1;
+  let failedSends = 0;
+  for (const c of cases) {
+    const made = requests.filter((r) => r.caseId === c.id).sort((a, b) => a.number - b.number);
+    const fates = made.filter(options.isTarget ?? (() => true)).slice(0, 3).map((r) => responseFate(r, options.finishType));
+    // Attempts 1 to 3, or 4 for the re-send: every attempt before it made perAttempt requests.
+    const committedAt = (made.length - 2) / perAttempt + 1;
+    expect([1, 2, 3, 4], `${c.label}: ${made.length} requests (attempts of the first send: ${fates.join(", ")}) fit no attempt that committed`).toContain(committedAt);
+    if (committedAt === 4) failedSends++;
+    else expect(fates[committedAt - 1], `${c.label}: the turn committed at attempt ${committedAt}, whose response was cut before its finish`).not.toBe("cut");
+  }
+  return failedSends;
+}
+
 /** Everything in a JSON-like value that is an object with `key` and `effect`, with where it sits. */
 export function statedEffects(value: unknown, path = "$"): { path: string; key: string; effect: string }[] {
   if (value === null || typeof value !== "object") return [];
