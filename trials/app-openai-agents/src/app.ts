@@ -62,9 +62,25 @@ export interface Told {
  * the turn index without the thread's counter, "no-message-id" every send a new message, "no-thread-lock" no
  * advisory lock per thread, "sdk-timeout" the SDK's own tool timeout (`timeoutMs`, whose default behaviour
  * tells the model the call timed out while the payment goes on), "no-carry" a re-run's write call dispatched at
- * its own place only (not where an earlier run of the same message dispatched it).
+ * its own place only (not where an earlier run of the same message dispatched it). Under "per-message": "per-response"
+ * response k at `turns + k` without the carry, "response-ordinal" the ordinal counted in the response only (not
+ * across the run's earlier responses), "no-resume-count" a run resumed from a stored RunState not counting the
+ * calls its earlier responses made. "no-bound-index" (either recipe): a failed message re-sent after another message
+ * was answered runs again at the thread's new counter; "no-approval-hold" (either recipe): a message runs while another
+ * message of the thread awaits an approval.
  */
-export type Plant = "none" | "unguarded" | "random" | "per-call" | "to-model" | "no-base" | "no-message-id" | "no-thread-lock" | "sdk-timeout" | "no-carry";
+export type Plant =
+  | "none" | "unguarded" | "random" | "per-call" | "to-model" | "no-base" | "no-message-id" | "no-thread-lock" | "sdk-timeout" | "no-carry"
+  | "per-response" | "response-ordinal" | "no-resume-count" | "no-bound-index" | "no-approval-hold";
+
+/**
+ * How a run's responses get turn indexes. "per-message" (the default): every response of the run has the thread's
+ * counter (TURN-1 as AISDK-1 and ATR-2 apply it where the application owns the loop), and an ordinal counts the
+ * identical calls of the whole run (AISDK-9, ATR-3), so the n-th identical write call of the message has one key
+ * whichever response makes it; nothing else is kept. "carry": response k at `turns + k`, each write call's place
+ * recorded, and a re-run's identical call dispatched where an earlier run of the message put it (TURN-23).
+ */
+export type Turns = "per-message" | "carry";
 
 export interface AppOptions {
   databaseUrl: string;
@@ -72,6 +88,7 @@ export interface AppOptions {
   paymentsUrl: string;
   modelUrl: string;
   plant?: Plant;
+  turns?: Turns;
   owner?: string;
   leaseMs?: number;
   waitMs?: number;
@@ -95,8 +112,10 @@ export interface Book {
   /** Each completed response's function calls in its order, with the response's turn index. */
   responses: Array<{ turnIndex: number; calls: Array<{ callId: string; name: string; args: string }> }>;
   told: Told[];
-  /** Write calls earlier runs of this message dispatched, each met at most once by this run (TURN-23). */
+  /** Write calls earlier runs of this message dispatched, each met at most once by this run (TURN-23; "carry" only). */
   earlier: Array<{ turnIndex: number; ordinal: number; name: string; identity: string; met: boolean }>;
+  /** The number of responses the run had recorded when it was stored for an approval and resumed. */
+  resumedAt?: number;
 }
 
 /** A dispatch a re-run of the message settles (a claim released after a lost response, another attempt paying). */
@@ -114,11 +133,14 @@ export async function openApp(options: AppOptions) {
     CREATE TABLE IF NOT EXISTS ${appSchema}.threads (thread_id text PRIMARY KEY, turns int NOT NULL, history jsonb NOT NULL);
     CREATE TABLE IF NOT EXISTS ${appSchema}.answers (thread_id text NOT NULL, message_id text NOT NULL, told jsonb NOT NULL, PRIMARY KEY (thread_id, message_id));
     CREATE TABLE IF NOT EXISTS ${appSchema}.pending (thread_id text NOT NULL, message_id text NOT NULL, state text NOT NULL, told jsonb NOT NULL, PRIMARY KEY (thread_id, message_id));
+    CREATE TABLE IF NOT EXISTS ${appSchema}.failed (thread_id text NOT NULL, message_id text NOT NULL, turn_index int NOT NULL, told jsonb NOT NULL, PRIMARY KEY (thread_id, message_id));
     CREATE TABLE IF NOT EXISTS ${appSchema}.dispatched (thread_id text NOT NULL, message_id text NOT NULL, turn_index int NOT NULL, ordinal int NOT NULL,
       name text NOT NULL, identity text NOT NULL, PRIMARY KEY (thread_id, message_id, turn_index, ordinal, name, identity))`);
 
   const registry = new ToolRegistry([...paymentTools(options.paymentsUrl, options.paymentTimeoutMs)]);
   const plant = options.plant ?? "none";
+  // The per-response plant is the carry recipe without its table; the other plants keep the recipe asked for.
+  const turns: Turns | "per-response" = plant === "per-response" ? "per-response" : (options.turns ?? "per-message");
   const guarded = plant !== "unguarded" && plant !== "random";
   const dispatcher = new Dispatcher({
     tools: registry,
@@ -144,7 +166,7 @@ export async function openApp(options: AppOptions) {
     async *getStreamedResponse(request: ModelRequest): AsyncIterable<StreamEvent> {
       const book = this.book();
       book.step += 1;
-      const turnIndex = book.base + book.step;
+      const turnIndex = turns === "per-message" ? book.base : book.base + book.step;
       for await (const event of this.inner.getStreamedResponse(request)) {
         if (event.type === "response_done") {
           const calls = event.response.output.flatMap((item) =>
@@ -219,12 +241,21 @@ export async function openApp(options: AppOptions) {
     const identity = identityOf(definition, input);
     // TURN-4: the k-th identical call of a response is ordinal k, counted in the response's order. The SDK
     // starts a response's calls together (Promise.all), so the order they reach here is not the ask's.
+    const identical = (c: { name: string; args: string }) => c.name === name && identityOf(definition, withoutNulls(JSON.parse(c.args))) === identity;
     const before = response.calls.slice(0, position);
-    const ownOrdinal = plant === "per-call" ? 0 : before.filter((c) => c.name === name && identityOf(definition, withoutNulls(JSON.parse(c.args))) === identity).length;
+    // Per message, the ordinal also counts the identical calls of the run's earlier responses (AISDK-9, ATR-3):
+    // the n-th identical call of the message has one key, whether the run makes it in its first response or its
+    // third. The book is the run's context, so a run resumed after an approval counts the responses it recorded
+    // before it was stored.
+    const index = book.responses.indexOf(response);
+    const counted = plant === "no-resume-count" && book.resumedAt !== undefined ? Math.max(0, book.resumedAt - 1) : 0;
+    const earlierResponses = turns === "per-message" && plant !== "response-ordinal" ? book.responses.slice(counted, index) : [];
+    const ownOrdinal =
+      plant === "per-call" ? 0 : earlierResponses.reduce((n, r) => n + r.calls.filter(identical).length, 0) + before.filter(identical).length;
     const conversationId = book.threadId;
     let turnIndex = plant === "no-base" ? response.turnIndex - book.base : response.turnIndex;
     let ordinal = ownOrdinal;
-    if (definition.effect !== "read") {
+    if (definition.effect !== "read" && turns === "carry") {
       // TURN-23: a failed run of this message may have dispatched this call at another place in its run (the
       // re-run's model read the balance first): dispatch it where that run did, so it meets that row. Matched
       // before any await: the SDK runs a response's calls concurrently.
@@ -294,7 +325,8 @@ export async function openApp(options: AppOptions) {
       if (inserted.rowCount === 1) {
         await db.query(
           `INSERT INTO ${appSchema}.threads VALUES ($1, $2, $3) ON CONFLICT (thread_id) DO UPDATE SET turns = excluded.turns, history = excluded.history`,
-          [book.threadId, book.base + book.step + 1, JSON.stringify(history)],
+          // Per message the counter moves by one: the next message's responses are all at base + 1.
+          [book.threadId, turns === "per-message" ? book.base + 1 : book.base + book.step + 1, JSON.stringify(history)],
         );
       }
       await db.query(`DELETE FROM ${appSchema}.pending WHERE thread_id = $1 AND message_id = $2`, [book.threadId, book.messageId]);
@@ -332,19 +364,38 @@ export async function openApp(options: AppOptions) {
       if (before) return { told: before, answeredBefore: true, attempts: 0 };
       const waiting = await db.query(`SELECT told FROM ${appSchema}.pending WHERE thread_id = $1 AND message_id = $2`, [threadId, messageId]);
       if (waiting.rowCount) return { told: waiting.rows[0].told as Told[], answeredBefore: true, attempts: 0, pending: true };
+      // A message stopped for an approval still holds the thread (core's rule 1): it resumes at the index and on the
+      // history it was stopped with, so a message run meanwhile would take the same index and its commit would be
+      // overwritten by the resumed run's (its payment gone from the thread), or meet the stopped message's keys.
+      const held = await db.query(`SELECT message_id FROM ${appSchema}.pending WHERE thread_id = $1 AND message_id <> $2 LIMIT 1`, [threadId, messageId]);
+      if (held.rowCount && plant !== "no-approval-hold") {
+        return { told: [{ callId: "-", tool: "run", status: "did_not_happen", text: `not run: message ${held.rows[0].message_id} awaits your approval; answer it, then send this again` }], answeredBefore: false, attempts: 0 };
+      }
       const thread = await db.query(`SELECT turns, history FROM ${appSchema}.threads WHERE thread_id = $1`, [threadId]);
       const base = (thread.rows[0]?.turns as number | undefined) ?? 0;
       const history = (thread.rows[0]?.history as AgentInputItem[] | undefined) ?? [];
+      // TURN-12: a failed message is bound to the index it ran at. Re-sent after another message was answered (the
+      // counter moved on), it would run at the new index, where its payment meets no row, and pay again: answer
+      // it with what its failure told, and run nothing.
+      const failed = await db.query(`SELECT turn_index, told FROM ${appSchema}.failed WHERE thread_id = $1 AND message_id = $2`, [threadId, messageId]);
+      if (failed.rowCount && (failed.rows[0].turn_index as number) !== base && plant !== "no-bound-index") {
+        const told = [...(failed.rows[0].told as Told[]), { callId: "-", tool: "run", status: "may_have_happened" as const, text: "not run again: a later message of the thread was answered since; what it did is above" }];
+        return { told, answeredBefore: true, attempts: 0 };
+      }
       const input: AgentInputItem[] = [...history, { type: "message", role: "user", content: text }];
       const earlier = async () =>
         (await db.query(`SELECT turn_index, ordinal, name, identity FROM ${appSchema}.dispatched WHERE thread_id = $1 AND message_id = $2 ORDER BY turn_index, ordinal`, [threadId, messageId])).rows.map(
           (r) => ({ turnIndex: r.turn_index as number, ordinal: r.ordinal as number, name: r.name as string, identity: r.identity as string, met: false }),
         );
-      return runAttempts(db, () => ({ threadId, messageId, base, step: -1, responses: [], told: [], earlier: [] }), async (book) => {
-        book.earlier = await earlier();
+      const outcome = await runAttempts(db, () => ({ threadId, messageId, base, step: -1, responses: [], told: [], earlier: [] }), async (book) => {
+        if (turns === "carry") book.earlier = await earlier();
         const agent = agentFor(() => book);
         return { result: await runToEnd(agent, input, book), book };
       });
+      if (outcome.error !== undefined) {
+        await db.query(`INSERT INTO ${appSchema}.failed VALUES ($1, $2, $3, $4) ON CONFLICT (thread_id, message_id) DO UPDATE SET told = excluded.told`, [threadId, messageId, base, JSON.stringify(outcome.told)]);
+      }
+      return outcome;
     });
   }
 
@@ -364,6 +415,8 @@ export async function openApp(options: AppOptions) {
         const agent = agentFor(() => current as Book);
         const state = await RunState.fromString<Book, Agent>(agent, stored);
         current = state._context.context;
+        // Where this resume starts (the no-resume-count plant forgets the responses before it).
+        current.resumedAt = current.responses.length;
         for (const item of state.getInterruptions()) state.approve(item);
         return { result: await runToEnd(agent, state, current), book: current };
       });
@@ -385,8 +438,15 @@ export async function openApp(options: AppOptions) {
         book = done.book;
         const interruptions = done.result.interruptions;
         if (interruptions.length > 0) {
-          const told: Told[] = interruptions.map((i) => ({ callId: (i.rawItem as { callId?: string }).callId ?? "-", tool: i.name ?? "?", status: "awaiting_approval", text: `${i.name} ${i.arguments} awaits your approval` }));
-          await db.query(`INSERT INTO ${appSchema}.pending VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING`, [book.threadId, book.messageId, done.result.state.toString(), JSON.stringify(told)]);
+          // What the run's earlier calls did, then what waits (core's rule 5: the outcomes in the question).
+          const told: Told[] = [
+            ...book.told,
+            ...interruptions.map((i): Told => ({ callId: (i.rawItem as { callId?: string }).callId ?? "-", tool: i.name ?? "?", status: "awaiting_approval", text: `${i.name} ${i.arguments} awaits your approval` })),
+          ];
+          // A resumed run that stops for a second approval replaces the stored state: kept, the first one would
+          // be resumed again, and each approval would stop at the same second call.
+          await db.query(`INSERT INTO ${appSchema}.pending VALUES ($1, $2, $3, $4) ON CONFLICT (thread_id, message_id) DO UPDATE SET state = excluded.state, told = excluded.told`, [
+            book.threadId, book.messageId, done.result.state.toString(), JSON.stringify(told)]);
           return { told, answeredBefore: false, attempts: attempt, pending: true };
         }
         const told = await commit(db, book, done.result.history);

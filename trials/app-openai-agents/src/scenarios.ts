@@ -8,13 +8,14 @@ import pg from "pg";
 import { startMockPayments } from "@dispatch-once/mock-payments";
 import { startMockOpenAI } from "@dispatch-once/mock-openai";
 import type { AgentInputItem } from "@openai/agents";
-import { openApp, type Plant, type Told } from "./app.js";
-import { ACCOUNT } from "./tools.js";
-import { readFirst, script } from "./model-script.js";
+import { openApp, type Plant, type Told, type Turns } from "./app.js";
+import { ACCOUNT, refuseOnce } from "./tools.js";
+import { readFirst, script, together } from "./model-script.js";
 
 const DATABASE_URL = process.env.DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/test";
 const SCHEMA = process.env.TRIAL_SCHEMA ?? "h_agents";
 const PLANT = (process.env.PLANT ?? "none") as Plant;
+const TURNS = (process.env.TURNS ?? "per-message") as Turns;
 const only = process.argv[2]?.split(",");
 
 async function dropSchemas() {
@@ -30,7 +31,7 @@ await dropSchemas();
 let onPayment: ((reference: string) => void) | undefined;
 const payments = await startMockPayments({ requireIdempotencyKey: true, onEffect: (e) => onPayment?.(String((e.payload as { reference?: unknown }).reference)) });
 const model = await startMockOpenAI({ seed: "agents-trial", script, keepAliveTimeoutMs: 65_000 });
-const common = { databaseUrl: DATABASE_URL, schema: SCHEMA, paymentsUrl: payments.url, modelUrl: model.baseURL, plant: PLANT, leaseMs: 3_000, waitMs: 8_000 };
+const common = { databaseUrl: DATABASE_URL, schema: SCHEMA, paymentsUrl: payments.url, modelUrl: model.baseURL, plant: PLANT, turns: TURNS, leaseMs: 3_000, waitMs: 8_000 };
 const app = await openApp(common);
 
 interface Judged { name: string; pass: boolean }
@@ -307,11 +308,142 @@ if (run("8c")) {
   await judge("8c the same payment asked again in a second message: a second payment", "R8c", 2, [...a.told, ...b.told], id);
 }
 
+/**
+ * A fault plan that cuts, `times` times, the answer after a payment's output for `reference` (its input ends with
+ * an output naming a payment), once the message's input holds `paid` such outputs.
+ */
+const afterPaid = (reference: string, times: number, also?: () => void, paid = 1) => {
+  let left = times;
+  model.setFaultPlan((request) => {
+    const input = Array.isArray(request.input) ? request.input : [];
+    const last = input[input.length - 1] as { type?: string; output?: unknown } | undefined;
+    const outputs = input.filter((i) => i.type === "function_call_output" && /pay_[0-9a-f]+/.test(JSON.stringify((i as { output?: unknown }).output))).length;
+    if (left <= 0 || !JSON.stringify(request).includes(reference) || last?.type !== "function_call_output" || !/pay_[0-9a-f]+/.test(JSON.stringify(last.output)) || outputs < paid) return undefined;
+    left -= 1;
+    also?.();
+    return { kind: "reset", at: { event: 4 } };
+  });
+};
+const paymentIds = (told: Told[]) => told.flatMap((t) => (t.paymentId ? [t.paymentId] : []));
+
+// 9b. The user asks the same payment twice in one message; the failed run makes the two in two responses (the
+// answer after the second is cut), the re-run's model makes both in its first response. Two payments.
+if (run("9b")) {
+  afterPaid("R9b", 1, () => together.add("R9b"), 2);
+  const id = thread("s9b");
+  const r = await app.send(id, "m9b", "pay apart acme 1910 R9b");
+  model.setFaultPlan(undefined);
+  await judge("9b two asks of one payment: two responses in the failed run, one response in the re-run", "R9b", 2, r.told, id, [`model requests: ${outcomes("R9b")}; runs: ${r.attempts}`]);
+}
+
+// 9f. The same two asks, nothing cut: the second ask, in the run's second response, is a second payment.
+if (run("9f")) {
+  const id = thread("s9f");
+  const r = await app.send(id, "m9f", "pay apart acme 1920 R9f");
+  await judge("9f two asks of one payment in two responses of one run: two payments", "R9f", 2, r.told, id, [`model requests: ${outcomes("R9f")}; runs: ${r.attempts}`]);
+}
+
+// 9c. A definite refusal; the model calls the payment again and it is paid; the answer after it is cut. The
+// re-run's model meets the refusal again (replayed from the ledger) and calls again: one payment.
+if (run("9c")) {
+  refuseOnce.add("R9c");
+  afterPaid("R9c", 1);
+  const id = thread("s9c");
+  const r = await app.send(id, "m9c", "pay acme 1930 R9c retry-errors");
+  model.setFaultPlan(undefined);
+  await judge("9c a definite refusal, the model's retry pays, the answer is cut; the re-run", "R9c", 1, r.told, id, [`model requests: ${outcomes("R9c")}; runs: ${r.attempts}`],
+    [[`told the refusal (did not happen) and the payment`, r.told.some((t) => t.status === "did_not_happen")]]);
+}
+
+// 9d. Approvals, two asks of one payment in two responses: the first approval (another process) pays and the run
+// stops again for the second call; the second approval, in a third process, resumes the stored RunState. Two
+// payments; a third click is answered from the app's table.
+if (run("9d")) {
+  const approver = await openApp({ ...common, approvals: true, owner: "approver-9d" });
+  const id = thread("s9d");
+  const asked = await approver.send(id, "m9d", "pay apart acme 1950 R9d");
+  await approver.close();
+  const env = { THREAD: id, MESSAGE_ID: "m9d", MODE: "approve", APPROVALS: "1" };
+  const first = await worker(env);
+  const paidBetween = effectsOf("R9d").map((e) => e.resourceId);
+  const second = await worker(env);
+  const third = await worker(env);
+  const firstOut = first.out.trim() ? (JSON.parse(first.out.trim().split("\n").pop()!) as { pending: boolean; told: Told[] }) : { pending: false, told: [] };
+  await judge("9d two approvals in one run: the second resumed in another process after the first response paid", "R9d", 2, toldOf(second.out), id,
+    [`asked: ${asked.told.map((t) => `${t.status}: ${t.text}`).join(" | ")}`, `first approval told: ${firstOut.told.map((t) => `${t.status}: ${t.text}`).join(" | ")}`,
+     `model requests: ${outcomes("R9d")}; stderr: ${(first.err + second.err).trim().slice(0, 300) || "-"}`],
+    [[`the first approval paid one (${JSON.stringify(paidBetween)}), stopped again, and told it`, paidBetween.length === 1 && firstOut.pending && sameSet(paymentIds(firstOut.told), paidBetween)],
+     [`the third click is told the same payments`, third.out.includes('"answeredBefore":true') && sameSet(paymentIds(toldOf(third.out)), effectsOf("R9d").map((e) => e.resourceId))]]);
+}
+
+// 9e. Every run of a message fails after its model read the balance and paid in its second response; the user
+// sends the payment again as a NEW message (another id), whose model pays in its first response. TURN-12: a new
+// message after a failed one takes its index and meets its rows ("that failed, try again"): one payment.
+if (run("9e")) {
+  readFirst.add("R9e");
+  afterPaid("R9e", 3);
+  const id = thread("s9e");
+  const failed = await app.send(id, "m9e1", "pay acme 1940 R9e");
+  model.setFaultPlan(undefined);
+  readFirst.delete("R9e");
+  const again = await app.send(id, "m9e2", "pay acme 1940 R9e");
+  await judge("9e a new message after a failed one that paid in its second response (TURN-12)", "R9e", 1, again.told, id,
+    [`failed send: runs ${failed.attempts}, told ${failed.told.map((t) => `${t.status}: ${t.text}`).join(" | ")}`, `model requests: ${outcomes("R9e")}`],
+    [[`the failed send told the payment it made`, sameSet(paymentIds(failed.told), effectsOf("R9e").slice(0, 1).map((e) => e.resourceId))]]);
+}
+
+// 9g. A message fails after its payment (every run's answer cut); the user sends ANOTHER message, which is
+// answered and committed; then the client re-sends the failed message's id. TURN-12: a re-send after another
+// message was bound since is answered with the stored failure, not run (run at the thread's new counter, its
+// payment would meet no row). One payment for R9g, and the re-send is told it.
+if (run("9g")) {
+  afterPaid("R9g", 3);
+  const id = thread("s9g");
+  const failed = await app.send(id, "m9g1", "pay acme 1970 R9g");
+  model.setFaultPlan(undefined);
+  const other = await app.send(id, "m9g2", "pay bob 1975 Q9g");
+  const resent = await app.send(id, "m9g1", "pay acme 1970 R9g");
+  const effectIds = effectsOf("R9g").map((e) => e.resourceId);
+  const committed = committedPayments(await app.committed(id), "R9g");
+  report("9g a failed message re-sent after another message was answered (TURN-12)", [
+    [`effect log: ${effectIds.length} payment(s) for R9g (expected 1) ${JSON.stringify(effectIds)}`, effectIds.length === 1],
+    [`the re-send is told ${JSON.stringify(paymentIds(resent.told))}`, sameSet(paymentIds(resent.told), effectIds) && !resent.told.some((t) => t.status === "did_not_happen")],
+    [`app committed ${JSON.stringify(committed)} (the failed message's payment, or nothing: it stands as its failure told it)`, committed.every((c) => effectIds.includes(c)) && committed.length <= 1],
+    [`the other message paid once and committed it`, effectsOf("Q9g").length === 1 && sameSet(committedPayments(await app.committed(id), "Q9g"), effectsOf("Q9g").map((e) => e.resourceId))],
+  ], [`failed send told: ${failed.told.map((t) => `${t.status}: ${t.text}`).join(" | ")}`, `other message told: ${other.told.map((t) => `${t.status}: ${t.text}`).join(" | ")}`,
+      ...resent.told.map((t) => `re-send told: ${t.status}: ${t.text}`)]);
+}
+
+// 9h. A message stops for an approval; before the person answers, the user sends another message on the thread
+// (another payment, which stops for its approval too); the first is approved, then the other (sent again first if
+// it was not run). Both payments once, both in the thread, each told its own.
+if (run("9h")) {
+  const approver = await openApp({ ...common, approvals: true, owner: "approver-9h" });
+  const id = thread("s9h");
+  const asked = await approver.send(id, "m9h1", "pay acme 1980 R9h");
+  const other = await approver.send(id, "m9h2", "pay bob 1985 Q9h");
+  const approved = await approver.approve(id, "m9h1");
+  // The other message: approved if it stopped for its approval, else sent again (then approved).
+  let again = other.pending ? await approver.approve(id, "m9h2").catch(() => approver.send(id, "m9h2", "pay bob 1985 Q9h")) : await approver.send(id, "m9h2", "pay bob 1985 Q9h");
+  if (again.pending) again = await approver.approve(id, "m9h2");
+  await approver.close();
+  const history = await app.committed(id);
+  const ids = (reference: string) => effectsOf(reference).map((e) => e.resourceId);
+  report("9h another message while one awaits approval; both approved, one after the other", [
+    [`effect log: ${ids("R9h").length} payment(s) for R9h, ${ids("Q9h").length} for Q9h (expected 1 and 1)`, ids("R9h").length === 1 && ids("Q9h").length === 1],
+    [`thread committed R9h ${JSON.stringify(committedPayments(history, "R9h"))}, Q9h ${JSON.stringify(committedPayments(history, "Q9h"))}`,
+      sameSet(committedPayments(history, "R9h"), ids("R9h")) && sameSet(committedPayments(history, "Q9h"), ids("Q9h"))],
+    [`the approval told ${JSON.stringify(paymentIds(approved.told))}, the re-sent message ${JSON.stringify(paymentIds(again.told))}`,
+      sameSet(paymentIds(approved.told), ids("R9h")) && sameSet(paymentIds(again.told), ids("Q9h"))],
+  ], [`asked: ${asked.told.map((t) => `${t.status}: ${t.text}`).join(" | ")}`, `other message told: ${other.told.map((t) => `${t.status}: ${t.text}`).join(" | ")}`,
+      `user messages in the committed history: ${history.filter((i) => i.type === "message" && i.role === "user").length}`]);
+}
+
 await app.close();
 await model.close();
 await payments.close();
 if (process.env.KEEP !== "1") await dropSchemas();
 const passed = verdicts.filter((v) => v.pass).length;
-console.log(`\n${passed}/${verdicts.length} situations pass${PLANT === "none" ? "" : ` (PLANT=${PLANT})`}`);
+console.log(`\n${passed}/${verdicts.length} situations pass (TURNS=${TURNS}${PLANT === "none" ? "" : `, PLANT=${PLANT}`})`);
 process.exitCode = passed === verdicts.length ? 0 : 1;
 console.log(`exit ${process.exitCode}`);

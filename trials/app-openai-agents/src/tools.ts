@@ -4,6 +4,9 @@ import { ToolError, defineTool } from "@dispatch-once/core";
 
 export const ACCOUNT = "acct_openai_agents";
 
+/** References the payments side refuses once, definitely (a situation's refusal that the model's retry gets past). */
+export const refuseOnce = new Set<string>();
+
 export function paymentTools(paymentsUrl: string, paymentTimeoutMs = 2_000) {
   const sendPayment = defineTool({
     name: "send_payment",
@@ -18,6 +21,7 @@ export function paymentTools(paymentsUrl: string, paymentTimeoutMs = 2_000) {
     }),
     identity: ["payee", "amount", "currency", "reference"], // the model re-words the memo on a re-run
     async run(args, { idempotencyKey, signal }) {
+      if (refuseOnce.delete(args.reference)) throw new ToolError("payment refused: the payee is blocked for a minute", { disposition: "definite", code: "payee_blocked" });
       let res: Response;
       try {
         res = await fetch(`${paymentsUrl}/v1/payments`, {

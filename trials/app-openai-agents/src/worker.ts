@@ -1,6 +1,6 @@
 // One process of the app: sends one message on a thread (MODE=send) or approves a pending one (MODE=approve),
 // and prints what the user is told. Used by the SIGKILL and the approval situations.
-import { openApp, type Plant } from "./app.js";
+import { openApp, type Plant, type Turns } from "./app.js";
 
 const env = (name: string) => {
   const value = process.env[name];
@@ -14,6 +14,7 @@ const app = await openApp({
   paymentsUrl: env("PAYMENTS_URL"),
   modelUrl: env("MODEL_URL"),
   plant: (process.env.PLANT ?? "none") as Plant,
+  turns: (process.env.TURNS ?? "per-message") as Turns,
   owner: `worker-${process.pid}`,
   leaseMs: 3_000,
   waitMs: 8_000,
