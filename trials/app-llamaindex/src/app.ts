@@ -49,12 +49,22 @@ export interface Told {
  */
 export type Plant = "none" | "unguarded" | "random" | "per-call" | "to-model" | "no-stop-check" | "object-result" | "no-base" | "no-message-id" | "no-carry";
 
+/**
+ * How a run's responses get turn indexes. "carry" (the default here): response k at `turns + k`, each write call's
+ * place recorded, a re-run's identical call dispatched where an earlier run of the message put it (TURN-23).
+ * "per-message" (TURNS=per-message): every response at the thread's counter and ONE dispatch context for the run,
+ * so identical calls take ordinals across all its responses (AISDK-1, AISDK-9, ATR-2, ATR-3) and the n-th
+ * identical call of the message has one key whichever response makes it; no table.
+ */
+export type Turns = "per-message" | "carry";
+
 export interface AppOptions {
   databaseUrl: string;
   schema: string;
   paymentsUrl: string;
   providerUrl: string;
   plant?: Plant;
+  turns?: Turns;
   owner?: string;
   leaseMs?: number;
   waitMs?: number;
@@ -110,6 +120,7 @@ export async function openApp(options: AppOptions) {
 
   const registry = new ToolRegistry([...paymentTools(options.paymentsUrl)]);
   const plant = options.plant ?? "none";
+  const perMessage = options.turns === "per-message";
   const dispatcher: CallDispatcher =
     plant !== "unguarded" && plant !== "random"
       ? new Dispatcher({
@@ -142,7 +153,9 @@ export async function openApp(options: AppOptions) {
       // A new model response: its own turn index and dispatch context, so identical calls get ordinals 0, 1, ...
       run.step += 1;
       run.calls = [];
-      run.turn = plant === "per-call" ? undefined : dispatcher.turn({ conversationId: threadOf(run), turnIndex: run.base + run.step });
+      // Per message, the run's first response opens its one context (the agent runs calls one at a time, in order).
+      if (perMessage) run.turn ??= plant === "per-call" ? undefined : dispatcher.turn({ conversationId: threadOf(run), turnIndex: run.base });
+      else run.turn = plant === "per-call" ? undefined : dispatcher.turn({ conversationId: threadOf(run), turnIndex: run.base + run.step });
       const seen = { stopReason: null as string | null, messageStop: false, cutCall: false };
       let open = "";
       const watched = {
@@ -209,11 +222,11 @@ export async function openApp(options: AppOptions) {
           const call = run.calls.find((c) => !c.taken && c.name === schema.name);
           if (call === undefined) throw new Error(`no call of ${schema.name} left in this response`);
           call.taken = true;
-          let context = run.turn ?? dispatcher.turn({ conversationId: threadOf(run), turnIndex: run.base + run.step });
-          let turnIndex = run.base + run.step;
+          let turnIndex = perMessage ? run.base : run.base + run.step;
+          let context = run.turn ?? dispatcher.turn({ conversationId: threadOf(run), turnIndex });
           const definition = registry.get(schema.name);
           const identity = definition.effect === "read" ? undefined : identityOf(definition, input);
-          if (identity !== undefined) {
+          if (identity !== undefined && !perMessage) {
             // A failed run of this message may have dispatched this call at another place in its run (its
             // model took another path on the re-run): dispatch it where that run did, so it meets that row.
             const same = (e: RunState["earlier"][number]) => !e.met && e.name === schema.name && e.identity === identity;
@@ -313,7 +326,7 @@ export async function openApp(options: AppOptions) {
         if (error instanceof EffectNeedsAPerson || error instanceof ResponseEndedForGood) break;
         continue;
       }
-      const turns = base + run.step + 1;
+      const turns = perMessage ? base + 1 : base + run.step + 1;
       // Commit the thread and the message's answer together, once: a second click that ran beside this one
       // finds the answer committed and returns it.
       const client = await pool.connect();

@@ -11,13 +11,14 @@ import { tool } from "llamaindex";
 import type { ChatMessage } from "@llamaindex/core/llms";
 import { startMockPayments } from "@dispatch-once/mock-payments";
 import { startMockProvider } from "@dispatch-once/mock-provider";
-import { openApp, type Plant, type Told } from "./app.js";
+import { openApp, type Plant, type Told, type Turns } from "./app.js";
 import { ACCOUNT, paymentTools } from "./tools.js";
 import { readFirst, script } from "./model-script.js";
 
 const DATABASE_URL = process.env.DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/test";
 const SCHEMA = process.env.TRIAL_SCHEMA ?? "h_triallama";
 const PLANT = (process.env.PLANT ?? "none") as Plant;
+const TURNS = (process.env.TURNS ?? "carry") as Turns;
 const only = process.argv[2]?.split(",");
 
 async function dropSchemas() {
@@ -33,7 +34,7 @@ await dropSchemas();
 let onPayment: ((reference: string) => void) | undefined;
 const payments = await startMockPayments({ requireIdempotencyKey: true, onEffect: (e) => onPayment?.(String((e.payload as { reference?: unknown }).reference)) });
 const provider = await startMockProvider({ seed: "llamaindex-trial", script, keepAliveTimeoutMs: 65_000 });
-const common = { databaseUrl: DATABASE_URL, schema: SCHEMA, paymentsUrl: payments.url, providerUrl: provider.baseURL, plant: PLANT, leaseMs: 3_000, waitMs: 8_000 };
+const common = { databaseUrl: DATABASE_URL, schema: SCHEMA, paymentsUrl: payments.url, providerUrl: provider.baseURL, plant: PLANT, turns: TURNS, leaseMs: 3_000, waitMs: 8_000 };
 const app = await openApp(common);
 
 interface Judged { name: string; pass: boolean; lines: string[] }
@@ -286,6 +287,6 @@ await app.close();
 await payments.close();
 await provider.close();
 const failed = verdicts.filter((v) => !v.pass);
-console.log(`\n${verdicts.length - failed.length}/${verdicts.length} situations pass${PLANT === "none" ? "" : ` (PLANT=${PLANT})`}`);
+console.log(`\n${verdicts.length - failed.length}/${verdicts.length} situations pass (TURNS=${TURNS}${PLANT === "none" ? "" : `, PLANT=${PLANT}`})`);
 if (process.env.KEEP !== "1") await dropSchemas();
 process.exit(failed.length === 0 ? 0 : 1);

@@ -1,6 +1,6 @@
 // One process of the app: sends one message on a thread, prints what the user is told.
 // Used by the SIGKILL situation: the scenario kills it inside the payment and starts another.
-import { openApp, type Plant } from "./app.js";
+import { openApp, type Plant, type Turns } from "./app.js";
 
 const env = (name: string) => {
   const value = process.env[name];
@@ -14,6 +14,7 @@ const app = await openApp({
   paymentsUrl: env("PAYMENTS_URL"),
   providerUrl: env("PROVIDER_URL"),
   plant: (process.env.PLANT ?? "none") as Plant,
+  turns: (process.env.TURNS ?? "carry") as Turns,
   owner: `worker-${process.pid}`,
   leaseMs: 3_000,
   waitMs: 8_000,
