@@ -1,0 +1,197 @@
+// @dispatch-once/langgraph: what a LangGraph.js agent on @dispatch-once/core needs so that a tool
+// call's effect happens once (spec §13.5, LANGGRAPH-1..7): a turn counter committed with the
+// assistant message, a stop-reason check for the model's response, and a tools node that runs one
+// message's calls in one dispatch context and never hands a re-sendable error to the model.
+import { AIMessage, ToolMessage, type BaseMessage } from "@langchain/core/messages";
+import type { RunnableConfig } from "@langchain/core/runnables";
+import { Annotation } from "@langchain/langgraph";
+import {
+  InvalidArgumentError,
+  effectOf,
+  isDispatchOnceError,
+  retryableOf,
+  type CallDispatcher,
+} from "@dispatch-once/core";
+import { StreamIncompleteError } from "@dispatch-once/runner";
+
+/**
+ * The turn counter channel: the number of assistant messages committed on the thread (TURN-1).
+ * Last write wins; only the agent node writes it, with its AIMessage in the same step
+ * (`commitAssistantMessage`), so trimming or summarising `messages` never lowers it (LANGGRAPH-2).
+ * Spread it into your state: `Annotation.Root({ ...MessagesAnnotation.spec, onceTurns })`.
+ */
+export const onceTurns = Annotation<number>({ reducer: (_previous, next) => next, default: () => 0 });
+
+/** The state the helpers read: the messages channel and the turn counter. */
+export interface OnceState {
+  messages: BaseMessage[];
+  onceTurns: number;
+}
+
+/**
+ * Where LangChain's chat models put the reason a response ended, read exactly as they write it:
+ * - `ChatAnthropic` (@langchain/anthropic 1.5): `additional_kwargs.stop_reason`, from the stream's
+ *   `message_delta` (streaming) or the response body (not streaming, which also copies it to
+ *   `response_metadata.stop_reason`). A stream cut before `message_delta` leaves it absent.
+ * - `ChatOpenAI` Chat Completions (@langchain/openai 1.6): `response_metadata.finish_reason`, set
+ *   only from a chunk whose `finish_reason` is not null.
+ * - `ChatOpenAI` Responses API: `response_metadata.status`, set from `response.completed` or
+ *   `response.incomplete` (with `incomplete_details.reason`); absent when the stream never got there.
+ * - A message assembled by @langchain/core's stream-event protocol (LangGraph's `streamEvents` v3
+ *   messages mode): `response_metadata.finish_reason`, absent without a `message-finish` event.
+ * Returns undefined when none is present: the response did not finish (STREAM-1, STREAM-8).
+ */
+export function stopReasonOf(message: BaseMessage): string | undefined {
+  const kwargs = (message.additional_kwargs ?? {}) as Record<string, unknown>;
+  const metadata = (message.response_metadata ?? {}) as Record<string, unknown>;
+  for (const value of [kwargs["stop_reason"], metadata["stop_reason"], metadata["finish_reason"]]) {
+    if (typeof value === "string" && value !== "") return value;
+  }
+  if (metadata["status"] === "completed") return "completed";
+  if (metadata["status"] === "incomplete") {
+    const reason = (metadata["incomplete_details"] as { reason?: unknown } | null | undefined)?.reason;
+    return `incomplete:${typeof reason === "string" ? reason : "unknown"}`;
+  }
+  return undefined;
+}
+
+/**
+ * Stop reasons that end a response for good (STREAM-13): the same request ends the same way, and
+ * a call the limit cut holds arguments the model never finished. `max_tokens`/`length` count only
+ * when the message has calls (a limit reached in text after the last whole call is still a limit
+ * we cannot tell from the message: LangChain parses cut arguments as far as they go).
+ */
+const FINAL_STOPS = new Set(["refusal", "content_filter", "incomplete:content_filter"]);
+const LIMIT_STOPS = new Set(["max_tokens", "model_context_window_exceeded", "length", "incomplete:max_output_tokens"]);
+
+export interface StopReasonOptions {
+  /** Read the stop reason of another provider's message; the default is `stopReasonOf`. */
+  stopReasonOf?: (message: BaseMessage) => string | undefined;
+}
+
+/**
+ * Throws `stream_incomplete` (core's catalogue; the class is @dispatch-once/runner's) unless the
+ * model's message ended with a stop reason whose calls are whole (LANGGRAPH-3). Without a reason,
+ * the stream was cut: ChatAnthropic hands it over as a complete AIMessage, its last call's arguments
+ * parsed from what arrived, so running it pays the wrong amount, and the retry, with a new turn's
+ * key, pays again. Thrown, the agent node's retry policy calls the model again. A reason that ends
+ * the response for good (refusal, an output limit with calls) is thrown with `finalStop` set, which
+ * `onceRetryOn` does not retry.
+ */
+export function assertStopReason(message: BaseMessage, options: StopReasonOptions = {}): string {
+  const read = options.stopReasonOf ?? stopReasonOf;
+  const reason = read(message);
+  if (reason === undefined) {
+    throw new StreamIncompleteError(contentBlocksOf(message), "a stop reason (the model's stream ended without message_stop, response.completed or finish_reason)");
+  }
+  const hasCalls = AIMessage.isInstance(message) && ((message.tool_calls?.length ?? 0) > 0 || (message.invalid_tool_calls?.length ?? 0) > 0);
+  if (FINAL_STOPS.has(reason) || (hasCalls && LIMIT_STOPS.has(reason))) {
+    throw new StreamIncompleteError(contentBlocksOf(message), "a stop reason that lets its calls run", undefined, reason);
+  }
+  return reason;
+}
+
+function contentBlocksOf(message: BaseMessage): number {
+  return Array.isArray(message.content) ? message.content.length : message.content === "" ? 0 : 1;
+}
+
+/**
+ * The agent node's update: the model's message and the turn counter + 1, in the same step, so the
+ * counter and the message are one checkpoint write (LANGGRAPH-2, TURN-1). Checks the stop reason
+ * first (LANGGRAPH-3): a cut response is thrown, never committed.
+ * `return commitAssistantMessage(state, await model.invoke(state.messages));`
+ */
+export function commitAssistantMessage(state: Pick<OnceState, "onceTurns">, message: AIMessage, options: StopReasonOptions = {}): { messages: AIMessage[]; onceTurns: number } {
+  assertStopReason(message, options);
+  return { messages: [message], onceTurns: (state.onceTurns ?? 0) + 1 };
+}
+
+/**
+ * A retry policy's `retryOn` for both nodes: retries what a re-run can settle (`retryableOf(e) ===
+ * "same_message"`: a released claim, a call in flight elsewhere, a cut stream) and errors that are
+ * not Dispatch-Once's (a model's 5xx: as LangGraph's default does, except its aborts), never a
+ * response that ended for good (`finalStop`) nor an effect that needs a person (LANGGRAPH-5, 6).
+ */
+export function onceRetryOn(error: unknown): boolean {
+  if (isDispatchOnceError(error)) {
+    if (isDispatchOnceError(error, "stream_incomplete") && (error as { finalStop?: unknown }).finalStop !== undefined) return false;
+    return retryableOf(error) === "same_message";
+  }
+  const e = error as { name?: unknown; message?: unknown } | null;
+  if (e?.name === "AbortError" || e?.name === "GraphValueError" || e?.name === "GraphInterrupt") return false;
+  return true;
+}
+
+export interface OnceToolsNodeOptions {
+  /** Core's `Dispatcher` (or any `CallDispatcher`) over the tools the model may call. */
+  dispatcher: CallDispatcher;
+  /**
+   * The turn index of the message whose calls run: by default `state.onceTurns - 1` (the agent
+   * node committed `onceTurns + 1` with that message). Give your own for another counter channel.
+   */
+  turnIndexOf?: (state: OnceState) => number;
+  /** Read the stop reason of another provider's message; the default is `stopReasonOf`. */
+  stopReasonOf?: (message: BaseMessage) => string | undefined;
+}
+
+
+/**
+ * The tools node (LANGGRAPH-1, 4, 5, 6): `(state, config) => { messages: ToolMessage[] }` for the
+ * last AIMessage in `state.messages`. One `dispatcher.turn()` per run of the node, under the thread
+ * id and the counter's turn index; the calls dispatched one at a time, in the message's order; each
+ * outcome's `resultJson` as its ToolMessage. Re-runs (the retry policy, a resume after a crash or
+ * an `interrupt()`) are answered by the ledger under the same keys.
+ * - `retryableOf(e) === "same_message"` (claim_released, in_flight_elsewhere, ...): thrown to the
+ *   node's retry policy, never told to the model (it would ask again under the next turn's key).
+ * - `effectOf(e) === "no"` (tool_failed, tool_input_invalid, unknown_tool, ...): an error ToolMessage.
+ * - anything that happened or may have happened and cannot be re-run (outcome_unknown): thrown as
+ *   it is, a typed core error; `onceRetryOn` does not retry it, the run stops for a person and
+ *   nothing of this run of the node is committed (the checkpoint stays before the tools node).
+ */
+export function createOnceToolsNode(options: OnceToolsNodeOptions): (state: OnceState, config: RunnableConfig) => Promise<{ messages: ToolMessage[] }> {
+  if (options === null || typeof options !== "object") throw new InvalidArgumentError("options", "must be an object with a dispatcher");
+  for (const name of Object.keys(options)) {
+    if (!["dispatcher", "turnIndexOf", "stopReasonOf"].includes(name)) throw new InvalidArgumentError(`options.${name}`, "is not an option of createOnceToolsNode (its options: dispatcher, turnIndexOf, stopReasonOf)");
+  }
+  const { dispatcher } = options;
+  if (dispatcher === null || typeof dispatcher !== "object" || typeof (dispatcher as { turn?: unknown }).turn !== "function") {
+    throw new InvalidArgumentError("options.dispatcher", "must be a Dispatcher (an object with turn())");
+  }
+  const turnIndexOf = options.turnIndexOf ?? ((state: OnceState) => state.onceTurns - 1);
+  const stopOptions: StopReasonOptions = options.stopReasonOf ? { stopReasonOf: options.stopReasonOf } : {};
+
+  return async function onceTools(state: OnceState, config: RunnableConfig): Promise<{ messages: ToolMessage[] }> {
+    const threadId = config?.configurable?.["thread_id"] as unknown;
+    if (typeof threadId !== "string" || threadId === "") {
+      // Without the thread there is no conversation to key by: every run would be a new one.
+      throw new InvalidArgumentError("config.configurable.thread_id", "the tools node needs the thread id (the conversation id of its calls' keys): invoke the graph with { configurable: { thread_id } }");
+    }
+    const last = state.messages?.at(-1);
+    if (last === undefined || !AIMessage.isInstance(last)) {
+      throw new InvalidArgumentError("state.messages", "the tools node runs the calls of the last message, which is not an AIMessage");
+    }
+    // A message committed without a finished response (an agent node without the check) is never run.
+    assertStopReason(last, stopOptions);
+    const turnIndex = turnIndexOf(state);
+    if (!Number.isSafeInteger(turnIndex) || turnIndex < 0) {
+      throw new InvalidArgumentError("state.onceTurns", `gives turn index ${String(turnIndex)}: the agent node must commit onceTurns + 1 with its message (commitAssistantMessage)`);
+    }
+    // One dispatch context for the message: identical calls get ordinals 0, 1, ... (TURN-4).
+    const turn = dispatcher.turn({ conversationId: threadId, turnIndex });
+    const messages: ToolMessage[] = [];
+    for (const call of last.tool_calls ?? []) {
+      const callId = call.id ?? "";
+      // In the message's order, one at a time: the ordinals follow it, not the order runs finish.
+      try {
+        const outcome = await turn.dispatch({ name: call.name, input: call.args, callId });
+        messages.push(new ToolMessage({ tool_call_id: callId, name: call.name, content: outcome.resultJson }));
+      } catch (error) {
+        if (!isDispatchOnceError(error)) throw error;
+        // A re-run settles it, or it may have happened and nothing may re-run it: not the model's.
+        if (retryableOf(error) === "same_message" || effectOf(error) !== "no") throw error;
+        messages.push(new ToolMessage({ tool_call_id: callId, name: call.name, status: "error", content: `error ${error.code}: ${error.message}` }));
+      }
+    }
+    return { messages };
+  };
+}
