@@ -36,7 +36,7 @@ CATALOGUE = (
 )
 LEVELS = {"MUST": 3, "SHOULD": 2, "MAY": 1}
 SUBJECTS = {"key", "turn", "registry", "ledger", "dispatcher", "runner", "record", "conformance", "errors", "reconciler", "telemetry", "profile"}
-PREFIXES = ("KEY", "TURN", "EFFECT", "IDENT", "LEDGER", "DISPATCH", "STREAM", "RECORD", "CONF", "ERR", "RECON", "OTEL", "MCP", "AISDK", "ATR", "LIST", "RESOLVE", "THREAD")
+PREFIXES = ("KEY", "TURN", "EFFECT", "IDENT", "LEDGER", "DISPATCH", "STREAM", "RECORD", "CONF", "ERR", "RECON", "OTEL", "MCP", "AISDK", "ATR", "LIST", "RESOLVE", "THREAD", "LANGGRAPH")
 ID_RE = re.compile(r"\b(?:%s)-\d+\b" % "|".join(PREFIXES))
 ANCHOR_RE = re.compile(r'^<a id="([A-Z]+-\d+)"></a>\*\*([A-Z]+-\d+)\*\* (.+)$')
 HEADING_RE = re.compile(r"^(#{2,4}) (\d+(?:\.\d+)*) ")

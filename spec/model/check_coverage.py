@@ -27,7 +27,7 @@ RUNNER = os.path.join(MODEL, "run.mjs")
 
 SECTIONS = ("4", "6", "7")
 SUBJECTS = ("turn", "ledger", "dispatcher")
-ID_RE = re.compile(r"\b(?:KEY|TURN|EFFECT|IDENT|LEDGER|DISPATCH|STREAM|RECORD|CONF|ERR|RECON|OTEL|MCP|AISDK|ATR|LIST|RESOLVE|THREAD)-\d+\b")
+ID_RE = re.compile(r"\b(?:KEY|TURN|EFFECT|IDENT|LEDGER|DISPATCH|STREAM|RECORD|CONF|ERR|RECON|OTEL|MCP|AISDK|ATR|LIST|RESOLVE|THREAD|LANGGRAPH)-\d+\b")
 START = "<!-- model-coverage:start -->"
 END = "<!-- model-coverage:end -->"
 

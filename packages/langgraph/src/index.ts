@@ -11,6 +11,9 @@ import {
   isDispatchOnceError,
   retryableOf,
   type CallDispatcher,
+  type DispatchOutcome,
+  type DispatchOnceErrorCode,
+  type JsonValue,
 } from "@dispatch-once/core";
 import { StreamIncompleteError } from "@dispatch-once/runner";
 
@@ -136,6 +139,21 @@ export interface OnceToolsNodeOptions {
 
 
 /**
+ * What the tools node puts in each ToolMessage's `artifact` (checkpointed with it, never sent to
+ * the model): how the call was answered, so the app can tell its user from the outcomes (a payment
+ * answered from the ledger on a re-run is `replayed`; `storedRequest` is what was first asked when
+ * the call was re-worded outside its identity).
+ */
+export type OnceToolArtifact =
+  | { dispatchOnce: { key: string; toolName: string; effect: DispatchOutcome["effect"]; ordinal: number; replayed: boolean; storedRequest?: JsonValue } }
+  | { dispatchOnce: { toolName: string; refused: DispatchOnceErrorCode; effect: "no" } };
+
+function artifactOf(outcome: DispatchOutcome): OnceToolArtifact {
+  const { key, toolName, effect, ordinal, replayed, storedRequest } = outcome;
+  return { dispatchOnce: { key, toolName, effect, ordinal, replayed, ...(storedRequest === undefined ? {} : { storedRequest }) } };
+}
+
+/**
  * The tools node (LANGGRAPH-1, 4, 5, 6): `(state, config) => { messages: ToolMessage[] }` for the
  * last AIMessage in `state.messages`. One `dispatcher.turn()` per run of the node, under the thread
  * id and the counter's turn index; the calls dispatched one at a time, in the message's order; each
@@ -184,12 +202,12 @@ export function createOnceToolsNode(options: OnceToolsNodeOptions): (state: Once
       // In the message's order, one at a time: the ordinals follow it, not the order runs finish.
       try {
         const outcome = await turn.dispatch({ name: call.name, input: call.args, callId });
-        messages.push(new ToolMessage({ tool_call_id: callId, name: call.name, content: outcome.resultJson }));
+        messages.push(new ToolMessage({ tool_call_id: callId, name: call.name, content: outcome.resultJson, artifact: artifactOf(outcome) }));
       } catch (error) {
         if (!isDispatchOnceError(error)) throw error;
         // A re-run settles it, or it may have happened and nothing may re-run it: not the model's.
         if (retryableOf(error) === "same_message" || effectOf(error) !== "no") throw error;
-        messages.push(new ToolMessage({ tool_call_id: callId, name: call.name, status: "error", content: `error ${error.code}: ${error.message}` }));
+        messages.push(new ToolMessage({ tool_call_id: callId, name: call.name, status: "error", content: `error ${error.code}: ${error.message}`, artifact: { dispatchOnce: { toolName: call.name, refused: error.code, effect: "no" } } satisfies OnceToolArtifact }));
       }
     }
     return { messages };

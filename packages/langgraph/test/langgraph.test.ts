@@ -137,6 +137,10 @@ describe("@dispatch-once/langgraph: the tools node, the turn counter and the sto
     const rerun = await graph.invoke(null, before!.config);
     expect(api.made.size).toBe(2);
     expect(committedPayments(rerun.messages)).toEqual(["pay_1", "pay_2"]);
+    // Each ToolMessage's artifact says how it was answered: on the re-run, from the ledger, ordinals 0 and 1.
+    const artifacts = (messages: BaseMessage[]) => messages.filter((m) => ToolMessage.isInstance(m)).map((m) => (m as ToolMessage).artifact as { dispatchOnce: { ordinal: number; replayed: boolean } });
+    expect(artifacts(state.messages).map((a) => [a.dispatchOnce.ordinal, a.dispatchOnce.replayed])).toEqual([[0, false], [1, false]]);
+    expect(artifacts(rerun.messages).map((a) => [a.dispatchOnce.ordinal, a.dispatchOnce.replayed])).toEqual([[0, true], [1, true]]);
   });
 
   it("LANGGRAPH-2 a trimmed history keeps the turn index: the same ask sent again after RemoveMessage is a new ask, 2 payments", async () => {
