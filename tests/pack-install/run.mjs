@@ -25,6 +25,7 @@ const PUBLISHED = [
   "packages/anthropic",
   "packages/conversation-postgres",
   "packages/thread-lock-postgres",
+  "packages/langgraph",
   "packages/conversation-sqlite",
   "packages/ledger-postgres",
   "packages/ledger-redis",
@@ -43,7 +44,7 @@ const PUBLISHED = [
 // ioredis is listed as a user lists their driver, at the version the workspace tests: left to the
 // ledger's peer range, npm installs the newest 6.x, and ioredis 6.1.0's own .d.ts fails this app's
 // skipLibCheck: false (TS7016: redis-errors has no types; 6.0.0's declarations do not reach it).
-const USER_DEPENDENCIES = { "@anthropic-ai/sdk": "1.14.0", openai: "6.49.0", "@opentelemetry/api": "1.9.1", "@modelcontextprotocol/sdk": "1.32.2", ai: "6.0.325", zod: "4.6.7", "better-sqlite3": "12.11.1", ioredis: "6.0.0" };
+const USER_DEPENDENCIES = { "@anthropic-ai/sdk": "1.14.0", openai: "6.49.0", "@opentelemetry/api": "1.9.1", "@modelcontextprotocol/sdk": "1.32.2", ai: "6.0.325", "@langchain/langgraph": "1.7.3", "@langchain/core": "1.4.0", zod: "4.6.7", "better-sqlite3": "12.11.1", ioredis: "6.0.0" };
 const USER_DEV_DEPENDENCIES = { typescript: "5.9.3", "@types/node": "20.19.43" };
 
 const started = Date.now();
@@ -146,6 +147,36 @@ step("@dispatch-once/ai-sdk loads as ESM and CJS");
 for (const [flag, code] of [
   ["--input-type=module", 'const m = await import("@dispatch-once/ai-sdk"); if (typeof m.createOnceTools !== "function") process.exit(1);'],
   ["--input-type=commonjs", 'const m = require("@dispatch-once/ai-sdk"); if (typeof m.createOnceTools !== "function") process.exit(1);'],
+]) {
+  run(process.execPath, [flag, "-e", code], app);
+}
+
+// @dispatch-once/langgraph likewise: @langchain/core 1.4's and @langchain/langgraph 1.7's own .d.ts fail
+// exactOptionalPropertyTypes with skipLibCheck off (TS2420 in @langchain/core/dist/messages/ai.d.ts), so
+// the strict app does not import it. Its ESM and CJS builds load, and as ESM its tools node runs a graph.
+step("@dispatch-once/langgraph loads as ESM and CJS; its tools node pays once in a LangGraph graph");
+const langgraphRun = `
+import { z } from "zod";
+import { AIMessage, HumanMessage, ToolMessage } from "@langchain/core/messages";
+import { Annotation, END, MemorySaver, MessagesAnnotation, START, StateGraph } from "@langchain/langgraph";
+import { Dispatcher, MemoryLedger, defineTool } from "@dispatch-once/core";
+import { commitAssistantMessage, createOnceToolsNode, onceRetryOn, onceTurns } from "@dispatch-once/langgraph";
+const paid = new Map();
+const pay = defineTool({ name: "pay", effect: "keyed_write", input: z.object({ amount: z.number() }), async run(args, { idempotencyKey }) { if (!paid.has(idempotencyKey)) paid.set(idempotencyKey, args.amount); return { ok: true }; } });
+const State = Annotation.Root({ ...MessagesAnnotation.spec, onceTurns });
+const answer = (messages) => ToolMessage.isInstance(messages.at(-1))
+  ? new AIMessage({ content: "done", additional_kwargs: { stop_reason: "end_turn" } })
+  : new AIMessage({ content: "", tool_calls: [{ id: "c1", name: "pay", args: { amount: 5 } }, { id: "c2", name: "pay", args: { amount: 5 } }], additional_kwargs: { stop_reason: "tool_use" } });
+const graph = new StateGraph(State)
+  .addNode("agent", async (s) => commitAssistantMessage(s, answer(s.messages)), { retryPolicy: { retryOn: onceRetryOn } })
+  .addNode("tools", createOnceToolsNode({ dispatcher: new Dispatcher({ tools: [pay], ledger: new MemoryLedger() }) }))
+  .addEdge(START, "agent").addConditionalEdges("agent", (s) => (s.messages.at(-1).tool_calls?.length ? "tools" : END), ["tools", END]).addEdge("tools", "agent")
+  .compile({ checkpointer: new MemorySaver() });
+const state = await graph.invoke({ messages: [new HumanMessage("pay 5 twice")] }, { configurable: { thread_id: "t1" } });
+if (paid.size !== 2 || state.onceTurns !== 2) { console.error(paid.size, state.onceTurns); process.exit(1); }`;
+for (const [flag, code] of [
+  ["--input-type=module", langgraphRun],
+  ["--input-type=commonjs", 'const m = require("@dispatch-once/langgraph"); if (typeof m.createOnceToolsNode !== "function" || typeof m.onceTurns !== "object") process.exit(1);'],
 ]) {
   run(process.execPath, [flag, "-e", code], app);
 }
