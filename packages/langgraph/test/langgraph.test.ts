@@ -155,6 +155,16 @@ describe("@dispatch-once/langgraph: the tools node, the turn counter and the sto
     expect(second.onceTurns).toBe(4);
   });
 
+  it("LANGGRAPH-2 a state without the onceTurns counter (the channel left out, or an agent node that never wrote it) is refused with invalid_argument before anything is dispatched", async () => {
+    const api = payments();
+    const node = createOnceToolsNode({ dispatcher: new Dispatcher({ tools: api.tools, ledger: durableLedger(), logger: { warn: () => {} } }) });
+    const message = new AIMessage({ content: "", tool_calls: [{ id: "toolu_1", name: "send_payment", args: { payee: "bob", amount: 5, reference: "R0" } }], additional_kwargs: { stop_reason: "tool_use" } });
+    for (const onceTurns of [undefined, 0]) {
+      await expect(node({ messages: [message], onceTurns } as never, config("t-2n"))).rejects.toMatchObject({ code: "invalid_argument", field: "state.onceTurns" });
+    }
+    expect(api.made.size).toBe(0);
+  });
+
   it("LANGGRAPH-3 a cut response (no stop reason) is thrown by the agent node and never dispatched; the retry calls the model again: 1 payment of the asked amount", async () => {
     const { graph, api, model } = agentGraph();
     model.state.cutNext = 1;
