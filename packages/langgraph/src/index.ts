@@ -59,13 +59,14 @@ export function stopReasonOf(message: BaseMessage): string | undefined {
 }
 
 /**
- * Stop reasons that end a response for good (STREAM-13): the same request ends the same way, and
- * a call the limit cut holds arguments the model never finished. `max_tokens`/`length` count only
- * when the message has calls (a limit reached in text after the last whole call is still a limit
- * we cannot tell from the message: LangChain parses cut arguments as far as they go).
+ * Stop reasons that end a response for good (STREAM-13): the same request ends the same way. A
+ * Responses API `incomplete` is never committed, whatever its reason (STREAM-8). An output limit
+ * counts only in a message with calls: LangChain hands a call the limit cut over with its arguments
+ * parsed as far as they go, and the message cannot say whether the limit fell after the last call.
  */
-const FINAL_STOPS = new Set(["refusal", "content_filter", "incomplete:content_filter"]);
-const LIMIT_STOPS = new Set(["max_tokens", "model_context_window_exceeded", "length", "incomplete:max_output_tokens"]);
+const FINAL_STOPS = new Set(["refusal", "content_filter"]);
+const LIMIT_STOPS = new Set(["max_tokens", "model_context_window_exceeded", "length"]);
+const isFinalStop = (reason: string, hasCalls: boolean) => FINAL_STOPS.has(reason) || reason.startsWith("incomplete:") || (hasCalls && LIMIT_STOPS.has(reason));
 
 export interface StopReasonOptions {
   /** Read the stop reason of another provider's message; the default is `stopReasonOf`. */
@@ -88,7 +89,7 @@ export function assertStopReason(message: BaseMessage, options: StopReasonOption
     throw new StreamIncompleteError(contentBlocksOf(message), "a stop reason (the model's stream ended without message_stop, response.completed or finish_reason)");
   }
   const hasCalls = AIMessage.isInstance(message) && ((message.tool_calls?.length ?? 0) > 0 || (message.invalid_tool_calls?.length ?? 0) > 0);
-  if (FINAL_STOPS.has(reason) || (hasCalls && LIMIT_STOPS.has(reason))) {
+  if (isFinalStop(reason, hasCalls)) {
     throw new StreamIncompleteError(contentBlocksOf(message), "a stop reason that lets its calls run", undefined, reason);
   }
   return reason;

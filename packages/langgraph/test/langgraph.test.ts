@@ -215,6 +215,10 @@ describe("@dispatch-once/langgraph: the tools node, the turn counter and the sto
     expect(error).toMatchObject({ code: "stream_incomplete", finalStop: "max_tokens" });
     expect(onceRetryOn(error)).toBe(false);
     expect(assertStopReason(new AIMessage({ content: "long text", additional_kwargs: { stop_reason: "max_tokens" } }))).toBe("max_tokens");
+    // A Responses API response.incomplete is never committed, with or without calls (STREAM-8).
+    expect(() => assertStopReason(new AIMessage({ content: "text", response_metadata: { status: "incomplete", incomplete_details: { reason: "max_output_tokens" } } }))).toThrow(
+      expect.objectContaining({ code: "stream_incomplete", finalStop: "incomplete:max_output_tokens" }),
+    );
     let cut: unknown;
     try {
       assertStopReason(new AIMessage({ content: "" }));
