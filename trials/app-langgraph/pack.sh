@@ -5,7 +5,7 @@ set -e
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 mkdir -p "$here/tarballs"
-for dir in packages/core packages/ledger-postgres packages/thread-lock-postgres packages/cli apps/mock-provider apps/mock-payments; do
+for dir in packages/core packages/runner packages/langgraph packages/ledger-postgres packages/thread-lock-postgres packages/cli apps/mock-provider apps/mock-payments; do
   (cd "$root/$dir" && pnpm pack --pack-destination "$here/tarballs" >/dev/null)
 done
 ls "$here/tarballs"

@@ -23,6 +23,7 @@ import {
 } from "@dispatch-once/core";
 import { createPostgresLedger } from "@dispatch-once/ledger-postgres";
 import { PostgresThreadLocks } from "@dispatch-once/thread-lock-postgres";
+import { commitAssistantMessage, createOnceToolsNode, onceRetryOn, onceTurns, type OnceToolArtifact } from "@dispatch-once/langgraph";
 import { paymentTools } from "./tools.js";
 
 /** What the user is told about one effect (a write call). */
@@ -39,8 +40,9 @@ export const GraphState = Annotation.Root({
   ...MessagesAnnotation.spec,
   // What each write call's outcome told the user; committed with the tools node's messages.
   told: Annotation<Told[]>({ reducer: (a, b) => [...a, ...b], default: () => [] }),
-  // Assistant turns committed on this thread; written only by the agent node, with its message.
-  turns: Annotation<number>({ reducer: (_a, b) => b, default: () => 0 }),
+  // Assistant turns committed on this thread; written only by the agent node, with its message
+  // (@dispatch-once/langgraph's counter channel; the app's own `turns` before the package).
+  onceTurns,
 });
 type State = typeof GraphState.State;
 
@@ -81,14 +83,26 @@ export interface AppOptions {
 
 /**
  * Turn index (spec TURN-1: the number of assistant turns committed before this one). The agent node
- * commits `turns + 1` in the same step as its AIMessage, so the tools node reads `turns - 1`: stable
- * across every re-run of the tools node (interrupt, retry, restart) and of the agent node (a cut
- * stream, a regenerate forked from the checkpoint before it), and never lowered by trimming
- * `messages`. PLANT=count-ai counts the AIMessages in `messages` instead, which trimming lowers.
+ * commits `onceTurns + 1` in the same step as its AIMessage (`commitAssistantMessage`), so the tools
+ * node reads `onceTurns - 1` (the package's default): stable across every re-run of the tools node
+ * (interrupt, retry, restart) and of the agent node (a cut stream, a regenerate forked from the
+ * checkpoint before it), and never lowered by trimming `messages`. PLANT=count-ai counts the
+ * AIMessages in `messages` instead, which trimming lowers.
  */
 export function turnIndexOf(state: State, plant: Plant): number {
   if (plant === "count-ai") return state.messages.filter((m) => AIMessage.isInstance(m)).length - 1;
-  return state.turns - 1;
+  return state.onceTurns - 1;
+}
+
+/**
+ * The oracle's dispatcher plants, as wrappers the package's tools node is given: "random" dispatches
+ * without the call id (UnguardedDispatcher then makes a fresh key per run); "per-call" makes a new
+ * dispatch context for every call (identical calls share ordinal 0).
+ */
+function plantedDispatcher(dispatcher: CallDispatcher, plant: Plant): CallDispatcher {
+  if (plant === "random") return { turn: (context) => { const turn = dispatcher.turn(context); return { dispatch: (call) => turn.dispatch({ name: call.name, input: call.input }) }; } };
+  if (plant === "per-call") return { turn: (context) => ({ dispatch: (call, options) => dispatcher.turn(context).dispatch(call, options) }) };
+  return dispatcher;
 }
 
 export async function openApp(options: AppOptions) {
@@ -129,11 +143,19 @@ export async function openApp(options: AppOptions) {
     const response = await model.invoke(state.messages);
     // A stream cut before message_stop must not become a committed assistant turn whose calls run (STREAM-1).
     // ChatAnthropic (1.5.11, streaming) returns a cut stream as a normal AIMessage, its calls' arguments
-    // parsed from whatever JSON arrived; only the missing stop_reason tells (FRICTION 2).
-    const stop = (response.additional_kwargs as { stop_reason?: string | null }).stop_reason;
-    if ((stop === undefined || stop === null) && plant !== "no-stop-check") throw new Error("model stream incomplete: no stop_reason");
-    return { messages: [response], turns: state.turns + 1 };
+    // parsed from whatever JSON arrived; only the missing stop_reason tells (FRICTION 2). The package's
+    // commitAssistantMessage throws stream_incomplete then, and commits onceTurns + 1 with the message.
+    if (plant === "no-stop-check") return { messages: [response], onceTurns: state.onceTurns + 1 };
+    return commitAssistantMessage(state, response);
   }
+
+  // The package's tools node (FRICTION 3, 4: what this app wrote by hand, packaged). The plants swap
+  // its dispatcher or its turn index; "no-stop-check" also removes its own check of the stop reason.
+  const onceTools = createOnceToolsNode({
+    dispatcher: plantedDispatcher(dispatcher, plant),
+    ...(plant === "count-ai" ? { turnIndexOf: (state) => turnIndexOf(state as State, plant) } : {}),
+    ...(plant === "no-stop-check" ? { stopReasonOf: () => "not checked (PLANT=no-stop-check)" } : {}),
+  });
 
   async function tools(state: State, config: RunnableConfig) {
     const threadId = String(config.configurable?.thread_id);
@@ -150,30 +172,15 @@ export async function openApp(options: AppOptions) {
         };
       }
     }
-    // One dispatch context per run of this node, so identical calls of one response get ordinals 0, 1, ...
-    const turn = dispatcher.turn({ conversationId: threadId, turnIndex: turnIndexOf(state, plant) });
-    const messages: ToolMessage[] = [];
-    const told: Told[] = [];
-    for (const call of calls) {
-      const callId = call.id ?? "";
-      const dispatchCall = plant === "random" ? { name: call.name, input: call.args } : { name: call.name, input: call.args, callId };
-      try {
-        const context = plant === "per-call" ? dispatcher.turn({ conversationId: threadId, turnIndex: turnIndexOf(state, plant) }) : turn;
-        const outcome: DispatchOutcome = await context.dispatch(dispatchCall);
-        messages.push(new ToolMessage({ tool_call_id: callId, content: outcome.resultJson }));
-        if (outcome.effect !== "read") told.push(tellOutcome(callId, outcome));
-      } catch (error) {
-        // An error a re-run of this node can settle (claim released, another attempt still paying):
-        // let the node's retry policy run it again; the ledger answers what already ran.
-        if (isDispatchOnceError(error) && retryableOf(error) === "same_message") throw error;
-        if (!isDispatchOnceError(error)) throw error; // a read that failed: retried by the policy
-        const effect = effectOf(error);
-        const status = effect === "no" ? "did_not_happen" : "may_have_happened";
-        const code = catalogueEntry(error)?.code ?? "internal_error";
-        messages.push(new ToolMessage({ tool_call_id: callId, content: `error ${code}: ${error.message}`, status: "error" }));
-        told.push({ callId, tool: call.name, status, text: `${call.name} ${status === "did_not_happen" ? "did not happen" : "may have happened; a person must check"} (${code})` });
-      }
-    }
+    // One dispatch context per run, the calls in order; re-sendable errors thrown to the retry policy,
+    // an effect that may have happened thrown for a person; a refusal (effect "no") an error ToolMessage.
+    const { messages } = await onceTools(state, config);
+    const told: Told[] = messages.flatMap((m) => {
+      const answer = (m.artifact as OnceToolArtifact).dispatchOnce;
+      if (answer.effect === "read") return [];
+      if ("refused" in answer) return [{ callId: m.tool_call_id, tool: answer.toolName, status: "did_not_happen" as const, text: `${answer.toolName} did not happen (${answer.refused})` }];
+      return [tellOutcome(m.tool_call_id, answer, JSON.parse(String(m.content)) as { id?: string })];
+    });
     if (approval === "after") {
       // The trap the LangGraph docs warn of: everything above runs again on resume.
       // Tell the user now what the payments did: if they never answer, the node's return is never committed.
@@ -212,7 +219,9 @@ export async function openApp(options: AppOptions) {
     return { messages: result.messages, told };
   }
 
-  const retryPolicy = { maxAttempts: 3, initialInterval: 50, jitter: false, logWarning: false };
+  // onceRetryOn: re-sendable errors and a cut stream are retried; a final stop or an effect that
+  // needs a person is not (the ledger would answer it the same way on every attempt).
+  const retryPolicy = { maxAttempts: 3, initialInterval: 50, jitter: false, logWarning: false, retryOn: onceRetryOn };
   const builder = new StateGraph(GraphState)
     .addNode("agent", agent, { retryPolicy })
     .addNode("tools", plant === "toolnode" ? prebuiltTools : tools, { retryPolicy })
@@ -313,8 +322,7 @@ function toldAfter(state: State, at: number): Told[] {
   return state.told.filter((t) => calls.has(t.callId));
 }
 
-function tellOutcome(callId: string, outcome: DispatchOutcome): Told {
-  const result = outcome.result as { id?: string };
+function tellOutcome(callId: string, outcome: Pick<DispatchOutcome, "toolName" | "key" | "replayed" | "storedRequest">, result: { id?: string }): Told {
   const request = (outcome.storedRequest ?? null) as { payee?: string; amount?: number } | null;
   const what = request ? ` (as first requested: ${request.payee} ${request.amount})` : "";
   return {

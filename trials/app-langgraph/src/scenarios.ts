@@ -467,6 +467,43 @@ for (const [id, signal] of [["7c", "SIGKILL"], ["7d", "SIGSTOP"]] as const) {
     extra, signalled && writtenAfterResume === 0 && firstTrue);
 }
 
+// 7e (branch h-langgraph): the first message's process stopped (SIGSTOP) while its model response is held,
+// before any payment; the second send takes the thread once the stopped holder's session ends, resumes the
+// first message (pays it) and answers its own; then the stopped process runs again: its model response
+// arrives and its agent node commits, its tools node is answered from the ledger. Since the package's tools
+// node throws a stale claim for a person (LANGGRAPH-6), 7d's stopped process writes nothing after it runs
+// again even without the fence; here its agent node's write comes first, so only the fence stops it.
+if (run("7e")) {
+  const id = "7e";
+  const config = thread(`s${id}`);
+  const threadId = config.configurable.thread_id;
+  const firstText = `pay ivy 7500 R${id}1`;
+  const aEnv = workerEnv(threadId, firstText, { MESSAGE_ID: `m-${id}-1`, DURABILITY: "sync" });
+  hold(firstText);
+  const a = startWorker(aEnv);
+  await provider.waitForHold(undefined, { timeoutMs: 30_000 });
+  provider.setFaultRules([]);
+  a.child.kill("SIGSTOP");
+  const b = app.send(threadId, `m-${id}-2`, `pay hal 7600 R${id}2`);
+  const overlap = await secondWaitsOrEnds(b);
+  const rb = (await Promise.allSettled([b]))[0];
+  const extra = [overlap, "first process: SIGSTOP while its model response was held (no payment made by it before)"];
+  const before = (await branches(config)).checkpoints;
+  if (provider.held.length > 0) provider.release();
+  a.child.kill("SIGCONT");
+  const resumed = await a.done;
+  const writtenAfterResume = (await branches(config)).checkpoints - before;
+  extra.push(`the stopped process, run again once the second message was answered, exited ${resumed.code}; checkpoints it wrote after: ${writtenAfterResume}`);
+  for (const t of resumed.told) extra.push(`client 1's first send told: ${t.status}: ${t.text}`);
+  const resend = await runWorker(aEnv);
+  extra.push(`client 1's re-send answered from the checkpoint: ${resend.answeredBefore}`);
+  const effectIds = effectsOf(`R${id}1`).map((e) => e.resourceId);
+  const firstTrue = resumed.told.every((t) => t.status !== "happened" || effectIds.includes(t.paymentId ?? "?")) && resumed.told.every((t) => t.status !== "did_not_happen");
+  await judgeTwo(`${id} the first message's process stopped (SIGSTOP) while its model response was held, before its payment, while a second message waits for the thread`,
+    [`R${id}1`, `R${id}2`], 2, [{ label: "client 1 (re-send)", messageId: `m-${id}-1`, told: resend.told }, { label: "client 2", messageId: `m-${id}-2`, told: settledTold(rb) }], config,
+    extra, writtenAfterResume === 0 && firstTrue);
+}
+
 await app.close();
 await payments.close();
 await provider.close();
