@@ -69,7 +69,11 @@ const LIMIT_STOPS = new Set(["max_tokens", "model_context_window_exceeded", "len
 const isFinalStop = (reason: string, hasCalls: boolean) => FINAL_STOPS.has(reason) || reason.startsWith("incomplete:") || (hasCalls && LIMIT_STOPS.has(reason));
 
 export interface StopReasonOptions {
-  /** Read the stop reason of another provider's message; the default is `stopReasonOf`. */
+  /**
+   * Read the stop reason of another provider's message (undefined: the response did not finish).
+   * @default stopReasonOf (LangChain's Anthropic and OpenAI clients)
+   * @example (message) => (message.response_metadata as { finishReason?: string }).finishReason // a client that writes finishReason
+   */
   stopReasonOf?: (message: BaseMessage) => string | undefined;
 }
 
@@ -127,14 +131,23 @@ export function onceRetryOn(error: unknown): boolean {
 }
 
 export interface OnceToolsNodeOptions {
-  /** Core's `Dispatcher` (or any `CallDispatcher`) over the tools the model may call. */
+  /**
+   * Core's `Dispatcher` (or any `CallDispatcher`) over the tools the model may call.
+   * @example new Dispatcher({ tools: [sendPayment], ledger: createPostgresLedger({ pool }) })
+   */
   dispatcher: CallDispatcher;
   /**
-   * The turn index of the message whose calls run: by default `state.onceTurns - 1` (the agent
-   * node committed `onceTurns + 1` with that message). Give your own for another counter channel.
+   * The turn index of the message whose calls run (the agent node committed `onceTurns + 1` with
+   * that message). Give your own for another counter channel, never a count of `messages`.
+   * @default (state) => state.onceTurns - 1
+   * @example (state) => (state as unknown as { assistantTurns: number }).assistantTurns - 1
    */
   turnIndexOf?: (state: OnceState) => number;
-  /** Read the stop reason of another provider's message; the default is `stopReasonOf`. */
+  /**
+   * Read the stop reason of another provider's message (undefined: never dispatched).
+   * @default stopReasonOf (LangChain's Anthropic and OpenAI clients)
+   * @example (message) => (message.response_metadata as { finishReason?: string }).finishReason // a client that writes finishReason
+   */
   stopReasonOf?: (message: BaseMessage) => string | undefined;
 }
 
