@@ -4,7 +4,7 @@ import { call, respond, scriptFromPlans, startMockOpenAI, type MockOpenAI } from
 import { startMockPayments, type MockPaymentsServer } from "@dispatch-once/mock-payments";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { MODES, aiSdkCases as appCases, type AiSdkSide, type Mode } from "./byte-cut-ai-sdk-app.js";
-import { PAY_ZOE, SEED, cutCases, cutPoints, expectRequestsByFate, crlf, rechunkCases, responseFate, runAll } from "./byte-cut-cases.js";
+import { PAY_ZOE, SEED, cutCases, cutPoints, expectRequestsByFate, crlf, rechunkCases, runAll } from "./byte-cut-cases.js";
 import { startByteProxy, type ByteProxy } from "./byte-proxy.js";
 
 /*

@@ -140,7 +140,6 @@ export function runnerCases(side: RunnerSide, env: { proxy: () => ByteProxy; pay
     );
     const cases = cutCases("again", points, { requests: [1, 2, 3], rstEvery: 2 });
     await runAll(cases, runCase);
-    const proxy = env.proxy();
     expect(expectRequestsByFate(cases, env.proxy().requests, { finishType: side.finishType })).toBeGreaterThan(points.length / 2);
   }
 
