@@ -154,7 +154,7 @@ for (const [flag, code] of [
 // @dispatch-once/langgraph likewise: @langchain/core 1.4's and @langchain/langgraph 1.7's own .d.ts fail
 // exactOptionalPropertyTypes with skipLibCheck off (TS2420 in @langchain/core/dist/messages/ai.d.ts), so
 // the strict app does not import it. Its ESM and CJS builds load, and as ESM its tools node runs a graph.
-step("@dispatch-once/langgraph loads as ESM and CJS; its tools node pays once in a LangGraph graph");
+step("@dispatch-once/langgraph loads as ESM and CJS; its tools node pays two identical calls twice in a LangGraph graph");
 const langgraphRun = `
 import { z } from "zod";
 import { AIMessage, HumanMessage, ToolMessage } from "@langchain/core/messages";
