@@ -11,11 +11,12 @@ import {
   isDispatchOnceError,
   retryableOf,
   type CallDispatcher,
+  type DispatchOnceError,
   type DispatchOutcome,
   type DispatchOnceErrorCode,
   type JsonValue,
 } from "@dispatch-once/core";
-import { StreamIncompleteError } from "@dispatch-once/runner";
+import { InvalidArgumentsJsonError, StreamIncompleteError } from "@dispatch-once/runner";
 
 /**
  * The turn counter channel: the number of assistant messages committed on the thread (TURN-1).
@@ -167,15 +168,23 @@ function artifactOf(outcome: DispatchOutcome): OnceToolArtifact {
   return { dispatchOnce: { key, toolName, effect, ordinal, replayed, ...(storedRequest === undefined ? {} : { storedRequest }) } };
 }
 
+/** An error ToolMessage for a call not run whose effect is no (LANGGRAPH-7): the model may read why. */
+function refusedMessage(callId: string, toolName: string, error: DispatchOnceError): ToolMessage {
+  const artifact: OnceToolArtifact = { dispatchOnce: { toolName, refused: error.code, effect: "no" } };
+  return new ToolMessage({ tool_call_id: callId, name: toolName, status: "error", content: `error ${error.code}: ${error.message}`, artifact });
+}
+
 /**
- * The tools node (LANGGRAPH-1, 4, 5, 6): `(state, config) => { messages: ToolMessage[] }` for the
+ * The tools node (LANGGRAPH-1, 4, 5, 6, 7): `(state, config) => { messages: ToolMessage[] }` for the
  * last AIMessage in `state.messages`. One `dispatcher.turn()` per run of the node, under the thread
  * id and the counter's turn index; the calls dispatched one at a time, in the message's order; each
  * outcome's `resultJson` as its ToolMessage. Re-runs (the retry policy, a resume after a crash or
  * an `interrupt()`) are answered by the ledger under the same keys.
  * - `retryableOf(e) === "same_message"` (claim_released, in_flight_elsewhere, ...): thrown to the
  *   node's retry policy, never told to the model (it would ask again under the next turn's key).
- * - `effectOf(e) === "no"` (tool_failed, tool_input_invalid, unknown_tool, ...): an error ToolMessage.
+ * - `effectOf(e) === "no"` (tool_failed, tool_input_invalid, unknown_tool, ...): an error ToolMessage;
+ *   so is each of the message's `invalid_tool_calls` (arguments that did not parse:
+ *   invalid_arguments_json), never dispatched.
  * - anything that happened or may have happened and cannot be re-run (outcome_unknown): thrown as
  *   it is, a typed core error; `onceRetryOn` does not retry it, the run stops for a person and
  *   nothing of this run of the node is committed (the checkpoint stays before the tools node).
@@ -221,8 +230,14 @@ export function createOnceToolsNode(options: OnceToolsNodeOptions): (state: Once
         if (!isDispatchOnceError(error)) throw error;
         // A re-run settles it, or it may have happened and nothing may re-run it: not the model's.
         if (retryableOf(error) === "same_message" || effectOf(error) !== "no") throw error;
-        messages.push(new ToolMessage({ tool_call_id: callId, name: call.name, status: "error", content: `error ${error.code}: ${error.message}`, artifact: { dispatchOnce: { toolName: call.name, refused: error.code, effect: "no" } } satisfies OnceToolArtifact }));
+        messages.push(refusedMessage(callId, call.name, error));
       }
+    }
+    // A call whose arguments did not parse (LangChain keeps it apart, in invalid_tool_calls) is
+    // never dispatched, but still answered: the next request would be refused with a call unanswered.
+    for (const call of last.invalid_tool_calls ?? []) {
+      const name = call.name ?? "";
+      messages.push(refusedMessage(call.id ?? "", name, new InvalidArgumentsJsonError(name, call.error ?? "its arguments did not parse")));
     }
     return { messages };
   };

@@ -247,6 +247,23 @@ describe("@dispatch-once/langgraph: the tools node, the turn counter and the sto
     expect(committed.next).toEqual(["tools"]);
   });
 
+  it("LANGGRAPH-7 a call whose arguments are not JSON (LangChain's invalid_tool_calls) is answered with an error ToolMessage (invalid_arguments_json) and never dispatched; the message's other call pays once", async () => {
+    const api = payments();
+    const node = createOnceToolsNode({ dispatcher: new Dispatcher({ tools: api.tools, ledger: durableLedger(), logger: { warn: () => {} } }) });
+    const message = new AIMessage({
+      content: "",
+      tool_calls: [{ id: "toolu_ok", name: "send_payment", args: { payee: "bob", amount: 5, reference: "R7j" } }],
+      invalid_tool_calls: [{ id: "toolu_bad", name: "send_payment", args: '{"payee": "zoe", "amount": 5,', error: "Unexpected end of JSON input", type: "invalid_tool_call" }],
+      additional_kwargs: { stop_reason: "tool_use" },
+    });
+    const { messages } = await node({ messages: [message], onceTurns: 1 }, config("t-7j"));
+    expect([...api.made.values()].map((p) => p.reference)).toEqual(["R7j"]);
+    // Every call of the message is answered (a tool_use without its tool_result is refused by the API).
+    expect(messages.map((m) => [m.tool_call_id, m.status ?? "success"])).toEqual([["toolu_ok", "success"], ["toolu_bad", "error"]]);
+    expect(String(messages[1]!.content)).toMatch(/^error invalid_arguments_json: arguments for send_payment are not JSON/);
+    expect(messages[1]!.artifact).toEqual({ dispatchOnce: { toolName: "send_payment", refused: "invalid_arguments_json", effect: "no" } });
+  });
+
   it("LANGGRAPH-7 a refusal whose effect is no (tool_failed) is an error ToolMessage the model reads; nothing paid", async () => {
     const { graph, api } = agentGraph({ fate: () => "refuse" });
     const state = await graph.invoke(ask("pay nobody 5 R6b"), config("t-6b"));
