@@ -117,18 +117,32 @@ export function commitAssistantMessage(state: Pick<OnceState, "onceTurns">, mess
 
 /**
  * A retry policy's `retryOn` for both nodes: retries what a re-run can settle (`retryableOf(e) ===
- * "same_message"`: a released claim, a call in flight elsewhere, a cut stream) and errors that are
- * not Dispatch-Once's (a model's 5xx: as LangGraph's default does, except its aborts), never a
- * response that ended for good (`finalStop`) nor an effect that needs a person (LANGGRAPH-5, 6).
+ * "same_message"`: a released claim, a call in flight elsewhere, a cut stream), never a response
+ * that ended for good (`finalStop`) nor an effect that needs a person (LANGGRAPH-5, 6); an error
+ * that is not Dispatch-Once's as LangGraph's own default does (a model's 5xx retried; a 4xx, an
+ * abort, an exhausted quota not).
  */
 export function onceRetryOn(error: unknown): boolean {
   if (isDispatchOnceError(error)) {
     if (isDispatchOnceError(error, "stream_incomplete") && (error as { finalStop?: unknown }).finalStop !== undefined) return false;
     return retryableOf(error) === "same_message";
   }
-  const e = error as { name?: unknown; message?: unknown } | null;
-  if (e?.name === "AbortError" || e?.name === "GraphValueError" || e?.name === "GraphInterrupt") return false;
-  return true;
+  return foreignRetryOn(error);
+}
+
+/** What @langchain/langgraph 1.7's default `retryOn` never retries (it does not export it): a request refused as it is. */
+const STATUS_NO_RETRY = new Set([400, 401, 402, 403, 404, 405, 406, 407, 409]);
+
+/** LangGraph's default judgement of an error that is not Dispatch-Once's (a model's 5xx, a reset connection: retried). */
+function foreignRetryOn(error: unknown): boolean {
+  if (error === null || typeof error !== "object") return true;
+  const e = error as { name?: unknown; message?: unknown; code?: unknown; status?: unknown; response?: { status?: unknown } | null; error?: { code?: unknown } | null };
+  const message = typeof e.message === "string" ? e.message : "";
+  if (message.startsWith("Cancel") || message.startsWith("AbortError") || e.name === "AbortError") return false;
+  if (e.name === "GraphValueError" || e.name === "GraphInterrupt") return false;
+  if (e.code === "ECONNABORTED" || e.error?.code === "insufficient_quota") return false;
+  const status = Number(e.response?.status ?? e.status);
+  return !STATUS_NO_RETRY.has(status);
 }
 
 export interface OnceToolsNodeOptions {

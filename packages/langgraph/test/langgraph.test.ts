@@ -229,6 +229,21 @@ describe("@dispatch-once/langgraph: the tools node, the turn counter and the sto
     expect(onceRetryOn(cut)).toBe(true);
   });
 
+  it("LANGGRAPH-5 onceRetryOn judges an error that is not Dispatch-Once's as LangGraph's default retryOn does: a model's 5xx or a reset connection is retried, a 4xx, an abort or an exhausted quota is not", () => {
+    const status = (code: number) => Object.assign(new Error(`${code} status code`), { status: code });
+    expect(onceRetryOn(status(500))).toBe(true);
+    expect(onceRetryOn(status(529))).toBe(true);
+    expect(onceRetryOn(Object.assign(new Error("socket hang up"), { code: "ECONNRESET" }))).toBe(true);
+    // What LangGraph 1.7's default never retries: the same request fails the same way, or the caller stopped.
+    for (const code of [400, 401, 402, 403, 404, 405, 406, 407, 409]) expect(onceRetryOn(status(code)), String(code)).toBe(false);
+    expect(onceRetryOn(Object.assign(new Error("Request failed"), { response: { status: 401 } }))).toBe(false);
+    expect(onceRetryOn(Object.assign(new Error("aborted"), { name: "AbortError" }))).toBe(false);
+    expect(onceRetryOn(new Error("Cancel: the run was cancelled"))).toBe(false);
+    expect(onceRetryOn(Object.assign(new Error("timeout"), { code: "ECONNABORTED" }))).toBe(false);
+    expect(onceRetryOn(Object.assign(new Error("quota"), { error: { code: "insufficient_quota" } }))).toBe(false);
+    expect(onceRetryOn("a thrown string")).toBe(true);
+  });
+
   it("LANGGRAPH-1 a graph invoked without a thread id is refused with invalid_argument before anything is dispatched", async () => {
     const { graph, api } = agentGraph({ checkpointer: false });
     await expect(graph.invoke(ask("pay bob 2100 R1"))).rejects.toMatchObject({ code: "invalid_argument", field: "config.configurable.thread_id" });
