@@ -212,6 +212,9 @@ export function createOnceToolsNode(options: OnceToolsNodeOptions): (state: Once
   if (dispatcher === null || typeof dispatcher !== "object" || typeof (dispatcher as { turn?: unknown }).turn !== "function") {
     throw new InvalidArgumentError("options.dispatcher", "must be a Dispatcher (an object with turn())");
   }
+  for (const name of ["turnIndexOf", "stopReasonOf"] as const) {
+    if (options[name] !== undefined && typeof options[name] !== "function") throw new InvalidArgumentError(`options.${name}`, "must be a function when given");
+  }
   const turnIndexOf = options.turnIndexOf ?? ((state: OnceState) => state.onceTurns - 1);
   const stopOptions: StopReasonOptions = options.stopReasonOf ? { stopReasonOf: options.stopReasonOf } : {};
 

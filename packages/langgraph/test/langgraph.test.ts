@@ -250,6 +250,7 @@ describe("@dispatch-once/langgraph: the tools node, the turn counter and the sto
     expect(api.made.size).toBe(0);
     expect(() => createOnceToolsNode({ dispatcher: {} as never })).toThrow(expect.objectContaining({ code: "invalid_argument", field: "options.dispatcher" }));
     expect(() => createOnceToolsNode({ dispatcher: new Dispatcher({ tools: api.tools, ledger: durableLedger() }), turns: 1 } as never)).toThrow(expect.objectContaining({ code: "invalid_argument", field: "options.turns" }));
+    expect(() => createOnceToolsNode({ dispatcher: new Dispatcher({ tools: api.tools, ledger: durableLedger() }), turnIndexOf: 3 } as never)).toThrow(expect.objectContaining({ code: "invalid_argument", field: "options.turnIndexOf" }));
   });
 
   it("LANGGRAPH-6 an effect that may have happened (outcome_unknown) stops the run for a person: thrown, not retried, never told to the model, nothing committed after the call", async () => {
