@@ -49,6 +49,18 @@ function locks(options: Partial<PostgresThreadLocksOptions> & { [testSeams]?: un
   } as PostgresThreadLocksOptions);
 }
 const thread = () => `t-${randomBytes(4).toString("hex")}`;
+/** Holds `threadId` on a session of its own until `release()`; resolves once the lock is held. */
+async function holdThread(threadId: string): Promise<{ holder: Promise<void>; release: () => void }> {
+  let held!: () => void;
+  const heldNow = new Promise<void>((r) => (held = r));
+  let release!: () => void;
+  const holder = locks().withThread(threadId, async () => {
+    held();
+    await new Promise<void>((r) => (release = r));
+  });
+  await heldNow;
+  return { holder, release: () => release() };
+}
 const rowsOf = async (threadId: string) =>
   (await admin.query<{ who: string }>(`SELECT who FROM ${table} WHERE thread = $1 ORDER BY who`, [threadId])).rows.map((r) => r.who);
 const sessionsLeft = async () =>
@@ -111,14 +123,7 @@ describe("withThread", () => {
 
   it("THREAD-4: a role's statement_timeout shorter than waitMs neither cuts the wait short nor leaks into work", async () => {
     const t = thread();
-    let held!: () => void;
-    const heldNow = new Promise<void>((r) => (held = r));
-    let release!: () => void;
-    const holder = locks().withThread(t, async () => {
-      held();
-      await new Promise<void>((r) => (release = r));
-    });
-    await heldNow;
+    const { holder, release } = await holdThread(t);
     // As a role or database default would (ALTER ROLE ... SET statement_timeout): the session starts with it.
     const withTimeout = (statementTimeoutMs: number) =>
       new PostgresThreadLocks({
@@ -217,6 +222,9 @@ describe("withThread", () => {
     const t = thread();
     const entry = compiledEntry(fileURLToPath(new URL("./stopped-holder.ts", import.meta.url)));
     const child = spawn(process.execPath, [entry, DATABASE_URL, t, table, APP, `ns_${tag}`], { stdio: ["ignore", "pipe", "inherit"] });
+    // Listened for from the start: the child may exit while the test still reads the table, and an
+    // "exit" already emitted is never emitted again to a later once().
+    const exited = once(child, "exit");
     try {
       const lines = createInterface({ input: child.stdout })[Symbol.asyncIterator]();
       expect((await lines.next()).value).toBe("held");
@@ -230,7 +238,7 @@ describe("withThread", () => {
       });
       expect(report).toEqual({ outcomes: ["client failed", "pool failed"], aborted: true });
       expect(await rowsOf(t)).toEqual(["waiter"]);
-      const [code] = await once(child, "exit");
+      const [code] = await exited;
       expect(code).toBe(0);
     } finally {
       if (child.exitCode === null && child.signalCode === null) {
@@ -345,14 +353,7 @@ describe("THREAD-4: failures before work runs are store_unavailable", () => {
 
   it("the backend terminated while the send waits for the lock", async () => {
     const t = thread();
-    let held!: () => void;
-    const heldNow = new Promise<void>((r) => (held = r));
-    let release!: () => void;
-    const holder = locks().withThread(t, async () => {
-      held();
-      await new Promise<void>((r) => (release = r));
-    });
-    await heldNow;
+    const { holder, release } = await holdThread(t);
     const waiterApp = `${APP}_w`;
     let ran = false;
     const waiter = locks({ applicationName: waiterApp }).withThread(t, async () => void (ran = true)).catch((e: unknown) => e);
