@@ -97,7 +97,10 @@ describe("TURN-25 a busy answer for a message in progress says which of its call
     const secondUnderWay = gate();
     held.push(secondUnderWay.open);
     const store = new MemoryConversationStore();
-    const ledger = new MemoryLedger();
+    // A clock that never gives two transitions the same millisecond: with Date.now the second's claim
+    // and the first's completion often share one, and LIST-2 then lists the tie by key, not by order.
+    let last = 0;
+    const ledger = new MemoryLedger({ now: () => (last = Math.max(Date.now(), last + 1)) });
     const hold = gate();
     held.push(hold.open);
     const performed: unknown[] = [];
