@@ -75,15 +75,16 @@ function floorStatements(db, table) {
   };
 }
 
-async function benchMode({ dir, synchronous, adapterName, durationMs, concurrencies }) {
+async function benchMode({ dir, synchronous, groupCommit = false, adapterName, durationMs, concurrencies }) {
+  const tag = `${synchronous}${groupCommit ? "-group" : ""}`;
   const rows = [];
   let run = 0;
   for (const concurrency of concurrencies) {
     run++;
     // claim+complete on distinct keys: the adapter (leases and fencing on) against the floor
     // (INSERT OR IGNORE + UPDATE on a plain table), same file settings, same run.
-    const ledger = new SqliteLedger({ path: join(dir, `adapter-${synchronous}-${run}.db`), synchronous });
-    const rawDb = openRaw(join(dir, `floor-${synchronous}-${run}.db`), synchronous);
+    const ledger = new SqliteLedger({ path: join(dir, `adapter-${tag}-${run}.db`), synchronous, groupCommit });
+    const rawDb = openRaw(join(dir, `floor-${tag}-${run}.db`), synchronous);
     const floorStmts = floorStatements(rawDb, "floor");
     const [adapter, floor] = await measurePair(durationMs, concurrency, [
       async (i) => {
@@ -104,8 +105,8 @@ async function benchMode({ dir, synchronous, adapterName, durationMs, concurrenc
 
     // Same-key contention: `concurrency` claimers race for one key; exactly one wins and
     // completes. ops/s counts claim attempts; latency is per round (all N claims + one complete).
-    const contended = new SqliteLedger({ path: join(dir, `contention-${synchronous}-${run}.db`), synchronous });
-    const rawContended = openRaw(join(dir, `contention-floor-${synchronous}-${run}.db`), synchronous);
+    const contended = new SqliteLedger({ path: join(dir, `contention-${tag}-${run}.db`), synchronous, groupCommit });
+    const rawContended = openRaw(join(dir, `contention-floor-${tag}-${run}.db`), synchronous);
     const cStmts = floorStatements(rawContended, "floor");
     const [contention, contentionFloor] = await measurePair(durationMs, 1, [
       async (i) => {
@@ -243,16 +244,23 @@ async function benchConnections({ dir, synchronous, adapterName, durationMs, con
 
 /**
  * Rows for the adapter's default (synchronous=FULL: fsync per commit, declared durable)
- * and for synchronous=NORMAL (declared volatile), each against a floor with the same setting.
+ * and for synchronous=NORMAL (declared volatile), each against a floor with the same setting;
+ * then both again with `groupCommit: true` (the writes of one event-loop turn in one transaction,
+ * so one commit, one fsync at FULL, and each hot index leaf written once per batch: bench/HISTORY.md,
+ * "the SQLite ledger's pages per transition"). The floor does not batch: it is the same floor.
+ * Group commit batches one connection's writes, so its rows have no several-connection workload.
  */
-export async function bench({ durationMs = 3000, concurrencies = [1, 16, 64], connections = [2, 4], modes = ["FULL", "NORMAL"] } = {}) {
+export async function bench({ durationMs = 3000, concurrencies = [1, 16, 64], connections = [2, 4], modes = ["FULL", "NORMAL"], groupCommit = [false, true] } = {}) {
   const dir = mkdtempSync(join(tmpdir(), "ledger-sqlite-bench-"));
   try {
     const rows = [];
-    for (const synchronous of modes) {
-      const adapterName = synchronous === "FULL" ? "ledger-sqlite" : `ledger-sqlite (synchronous=${synchronous})`;
-      rows.push(...(await benchMode({ dir, synchronous, adapterName, durationMs, concurrencies })));
-      rows.push(...(await benchConnections({ dir, synchronous, adapterName, durationMs, connections })));
+    for (const group of groupCommit) {
+      for (const synchronous of modes) {
+        const settings = [...(synchronous === "FULL" ? [] : [`synchronous=${synchronous}`]), ...(group ? ["groupCommit"] : [])];
+        const adapterName = settings.length === 0 ? "ledger-sqlite" : `ledger-sqlite (${settings.join(", ")})`;
+        rows.push(...(await benchMode({ dir, synchronous, groupCommit: group, adapterName, durationMs, concurrencies })));
+        if (!group) rows.push(...(await benchConnections({ dir, synchronous, adapterName, durationMs, connections })));
+      }
     }
     return rows;
   } finally {
