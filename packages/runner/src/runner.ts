@@ -1536,7 +1536,7 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
   /**
    * The calls the ledger lists at a message's turn index and the later ones (its later turns; a
    * message in progress is the conversation's last bound one), in the order they were claimed
-   * (`claimedAt`, then ordinal, then key; the ledger lists by last transition, LIST-2), each with
+   * (`claimedAt`, then turn index, then ordinal, then key; the ledger lists by last transition, LIST-2), each with
    * what its row says of its effect (RECORD-8's reading) and its stored request. Bounded: a busy
    * sender has waited already, and a ledger that does not answer must not hold it longer.
    */
@@ -1550,7 +1550,11 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
         // asked for one payment is not told another message's as this one's.
         const madeFor = rows.length > 0 ? await this.otherMessagesKeys(conversationId, messageId) : new Map<string, string>();
         const ordered = rows.map((row) => ({ row, ordinal: this.rowOrdinal(row) }));
-        ordered.sort((x, y) => x.row.claimedAt - y.row.claimedAt || (x.ordinal ?? 0) - (y.ordinal ?? 0) || (x.row.key < y.row.key ? -1 : x.row.key > y.row.key ? 1 : 0));
+        // Claims that share a millisecond of the ledger's clock: an earlier turn's were made before a
+        // later turn's (a message's turns run one after another), and within a turn identical calls
+        // by ordinal; only what neither tells apart falls back to the key.
+        const turnOf = (row: LedgerRow) => row.turnIndex ?? turnIndex;
+        ordered.sort((x, y) => x.row.claimedAt - y.row.claimedAt || turnOf(x.row) - turnOf(y.row) || (x.ordinal ?? 0) - (y.ordinal ?? 0) || (x.row.key < y.row.key ? -1 : x.row.key > y.row.key ? 1 : 0));
         return {
           ok: true as const,
           effects: ordered.map(({ row, ordinal }): InProgressEffect => {

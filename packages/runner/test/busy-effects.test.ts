@@ -145,6 +145,29 @@ describe("TURN-25 a busy answer for a message in progress says which of its call
     await sent;
   });
 
+  it("rows of two turns claimed in one millisecond of the ledger's clock are listed in the order of their turns, not by key", async () => {
+    // A ledger whose clock never moves: every claim shares one millisecond, as a fast turn's and the
+    // next turn's claims may. The turn index, not the key, says which was claimed first.
+    const ledger = new MemoryLedger({ now: () => 1_700_000_000_000 });
+    const memos = ["rent", "lunch", "tea", "fee"];
+    for (const [first, second] of [
+      ["bob", "carol"],
+      ["carol", "bob"],
+    ] as const) {
+      const conv = `conv-busy-tie-${first}`;
+      const w = twoWorkers((n) => (n === 1 ? [...pay(0, `toolu_${first}`, first, memos[0]!), { t: "end" }] : n === 2 ? [...pay(0, `toolu_${second}`, second, memos[1]!), { t: "end" }] : [{ t: "end" }]), { ledger, holdTo: second });
+      const sent = w.a.runner.send(conv, { id: "m1", content: CONTENT });
+      await until(w.heldPaymentReached);
+      const busy = await busyOf(w.b.runner.send(conv, { id: "m1", content: CONTENT }));
+      expect(busy.effects?.map(({ turnIndex, state, input }) => ({ turnIndex, state, input }))).toEqual([
+        { turnIndex: 0, state: "completed", input: { to: first, memo: memos[0] } },
+        { turnIndex: 1, state: "in_flight", input: { to: second, memo: memos[1] } },
+      ]);
+      w.hold.open();
+      await sent;
+    }
+  });
+
   it("a queued message (another message holds the lease) carries neither effects nor effectsUnknown: it ran nothing", async () => {
     const w = twoWorkers((n) => (n === 1 ? [...pay(0, "toolu_1", "carol", "lunch"), { t: "end" }] : [{ t: "end" }]));
     const sent = w.a.runner.send("conv-busy-queued", { id: "m1", content: CONTENT });
