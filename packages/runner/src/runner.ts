@@ -1536,8 +1536,9 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
   /**
    * The calls the ledger lists at a message's turn index and the later ones (its later turns; a
    * message in progress is the conversation's last bound one), in the order they were claimed
-   * (`claimedAt`, then turn index, then ordinal, then key; the ledger lists by last transition, LIST-2), each with
-   * what its row says of its effect (RECORD-8's reading) and its stored request. Bounded: a busy
+   * (`claimedAt`, then turn index, then a failed message's calls before this one's, then ordinal,
+   * then key; the ledger lists by last transition, LIST-2), each with what its row says of its
+   * effect (RECORD-8's reading) and its stored request. Bounded: a busy
    * sender has waited already, and a ledger that does not answer must not hold it longer.
    */
   private async messageEffects(conversationId: string, messageId: string, turnIndex: number): Promise<{ ok: true; effects: InProgressEffect[] } | { ok: false; reason: string }> {
@@ -1551,10 +1552,24 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
         const madeFor = rows.length > 0 ? await this.otherMessagesKeys(conversationId, messageId) : new Map<string, string>();
         const ordered = rows.map((row) => ({ row, ordinal: this.rowOrdinal(row) }));
         // Claims that share a millisecond of the ledger's clock: an earlier turn's were made before a
-        // later turn's (a message's turns run one after another), and within a turn identical calls
-        // by ordinal; only what neither tells apart falls back to the key.
+        // later turn's (a message's turns run one after another); at one index, the calls of a message
+        // that failed there before this one was bound (TURN-12) before this message's own, the failed
+        // messages in the order their records were kept (RECORD-4); then identical calls by ordinal;
+        // only what none of these tells apart falls back to the key.
         const turnOf = (row: LedgerRow) => row.turnIndex ?? turnIndex;
-        ordered.sort((x, y) => x.row.claimedAt - y.row.claimedAt || turnOf(x.row) - turnOf(y.row) || (x.ordinal ?? 0) - (y.ordinal ?? 0) || (x.row.key < y.row.key ? -1 : x.row.key > y.row.key ? 1 : 0));
+        const failedInOrder = [...new Set(madeFor.values())];
+        const madeRank = (row: LedgerRow) => {
+          const other = madeFor.get(row.key);
+          return other === undefined ? failedInOrder.length : failedInOrder.indexOf(other);
+        };
+        ordered.sort(
+          (x, y) =>
+            x.row.claimedAt - y.row.claimedAt ||
+            turnOf(x.row) - turnOf(y.row) ||
+            madeRank(x.row) - madeRank(y.row) ||
+            (x.ordinal ?? 0) - (y.ordinal ?? 0) ||
+            (x.row.key < y.row.key ? -1 : x.row.key > y.row.key ? 1 : 0),
+        );
         return {
           ok: true as const,
           effects: ordered.map(({ row, ordinal }): InProgressEffect => {

@@ -249,6 +249,33 @@ describe("TURN-25 a busy answer for a message in progress says which of its call
     const resumedCalls = (answered.records ?? []).flatMap((r) => ((r as { kind?: string }).kind === "resumed_turn" ? (r as { calls: { input?: unknown; messageId?: string }[] }).calls : []));
     expect(resumedCalls.map(({ input, messageId }) => ({ input, messageId }))).toEqual([{ input: { to: "acme", memo: "s8a" }, messageId: "m-acme" }]);
   });
+
+  it("a failed message's payment and the new message's own claimed in one millisecond of the ledger's clock are listed failed message first, not by key", async () => {
+    // A ledger whose clock never moves: m-acme's claim and m-bolt's share one millisecond, as they may
+    // when m-acme fails at once. m-acme failed before m-bolt was bound (TURN-12): its rows were claimed first.
+    const CONV = "conv-busy-inherited";
+    const w = twoWorkers(
+      (_n, input) => {
+        const last = JSON.stringify(input.at(-1));
+        if (last.includes("acme")) return [...pay(0, "toolu_a", "acme", "s8a"), "cut"];
+        return last.includes("bolt") ? [...pay(0, "toolu_b", "bolt", "s8b"), { t: "end" }] : [{ t: "text", index: 0, text: "done" }, { t: "end" }];
+      },
+      { holdTo: "bolt", ledger: new MemoryLedger({ now: () => 1_700_000_000_000 }) },
+    );
+    await expect(w.a.runner.send(CONV, { id: "m-acme", content: "pay acme" })).rejects.toMatchObject({ code: "turn_failed" });
+    const sent = w.a.runner.send(CONV, { id: "m-bolt", content: "pay bolt" });
+    await until(w.heldPaymentReached);
+    const busy = await busyOf(w.b.runner.send(CONV, { id: "m-bolt", content: "pay bolt" }));
+    // In this conversation bolt's key sorts before acme's: a tie broken by key lists bolt first.
+    const keyOf = (to: string, memo: string) => w.a.dispatcher.keyFor({ name: "pay", input: { to, memo } }, { conversationId: CONV, turnIndex: 0, ordinal: 0 });
+    expect(keyOf("bolt", "s8b") < keyOf("acme", "s8a")).toBe(true);
+    expect(busy.effects?.map(({ input, effect, messageId }) => ({ input, effect, ...(messageId !== undefined ? { messageId } : {}) }))).toEqual([
+      { input: { to: "acme", memo: "s8a" }, effect: "happened", messageId: "m-acme" },
+      { input: { to: "bolt", memo: "s8b" }, effect: "may_have_happened" },
+    ]);
+    w.hold.open();
+    await sent;
+  });
 });
 
 /** A store whose reads of the conversation's records fail while `failing` is set (its writes work), as an adapter says it. */
