@@ -150,6 +150,9 @@ describe("TURN-25 a busy answer for a message in progress says which of its call
     // next turn's claims may. The turn index, not the key, says which was claimed first.
     const ledger = new MemoryLedger({ now: () => 1_700_000_000_000 });
     const memos = ["rent", "lunch", "tea", "fee"];
+    // Whether the key alone would have listed the later turn first, per payee order: at least one
+    // must, or the test would not tell a turn tiebreak from a key tiebreak.
+    const keyOrderDisagrees: boolean[] = [];
     for (const [first, second] of [
       ["bob", "carol"],
       ["carol", "bob"],
@@ -163,9 +166,12 @@ describe("TURN-25 a busy answer for a message in progress says which of its call
         { turnIndex: 0, state: "completed", input: { to: first, memo: memos[0] } },
         { turnIndex: 1, state: "in_flight", input: { to: second, memo: memos[1] } },
       ]);
+      const [earlier, later] = busy.effects!.map((e) => e.key);
+      keyOrderDisagrees.push(earlier! > later!);
       w.hold.open();
       await sent;
     }
+    expect(keyOrderDisagrees).toContain(true);
   });
 
   it("a queued message (another message holds the lease) carries neither effects nor effectsUnknown: it ran nothing", async () => {
