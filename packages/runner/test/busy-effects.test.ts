@@ -22,6 +22,13 @@ async function until(condition: () => boolean | Promise<boolean>): Promise<void>
   while (!(await condition())) await new Promise((r) => setTimeout(r, 2));
 }
 
+/** m-acme's every attempt is cut after its payment (it fails, its record tells of it); m-bolt pays bolt and ends. */
+const acmeThenBolt: Parameters<typeof world>[0] = (_n, input) => {
+  const last = JSON.stringify(input.at(-1));
+  if (last.includes("acme")) return [...pay(0, "toolu_a", "acme", "s8a"), "cut"];
+  return last.includes("bolt") ? [...pay(0, "toolu_b", "bolt", "s8b"), { t: "end" }] : [{ t: "text", index: 0, text: "done" }, { t: "end" }];
+};
+
 const held: (() => void)[] = [];
 afterEach(() => {
   for (const open of held.splice(0)) open();
@@ -230,11 +237,7 @@ describe("TURN-25 a busy answer for a message in progress says which of its call
     const CONV = "conv-busy-inherited";
     // m-acme's every attempt is cut after its payment: it fails, its record tells of the payment.
     const w = twoWorkers(
-      (_n, input) => {
-        const last = JSON.stringify(input.at(-1));
-        if (last.includes("acme")) return [...pay(0, "toolu_a", "acme", "s8a"), "cut"];
-        return last.includes("bolt") ? [...pay(0, "toolu_b", "bolt", "s8b"), { t: "end" }] : [{ t: "text", index: 0, text: "done" }, { t: "end" }];
-      },
+      acmeThenBolt,
       { holdTo: "bolt" },
     );
     const failed = await w.a.runner.send(CONV, { id: "m-acme", content: "pay acme" }).catch((e: unknown) => e);
@@ -261,11 +264,7 @@ describe("TURN-25 a busy answer for a message in progress says which of its call
     // when m-acme fails at once. m-acme failed before m-bolt was bound (TURN-12): its rows were claimed first.
     const CONV = "conv-busy-inherited";
     const w = twoWorkers(
-      (_n, input) => {
-        const last = JSON.stringify(input.at(-1));
-        if (last.includes("acme")) return [...pay(0, "toolu_a", "acme", "s8a"), "cut"];
-        return last.includes("bolt") ? [...pay(0, "toolu_b", "bolt", "s8b"), { t: "end" }] : [{ t: "text", index: 0, text: "done" }, { t: "end" }];
-      },
+      acmeThenBolt,
       { holdTo: "bolt", ledger: new MemoryLedger({ now: () => 1_700_000_000_000 }) },
     );
     await expect(w.a.runner.send(CONV, { id: "m-acme", content: "pay acme" })).rejects.toMatchObject({ code: "turn_failed" });
@@ -298,11 +297,7 @@ describe("RECORD-8 the message a listed row was made for is told when it can be 
     const CONV = "conv-records-read-fails";
     const store = new RecordsReadFailing();
     const w = twoWorkers(
-      (_n, input) => {
-        const last = JSON.stringify(input.at(-1));
-        if (last.includes("acme")) return [...pay(0, "toolu_a", "acme", "s8a"), "cut"];
-        return last.includes("bolt") ? [...pay(0, "toolu_b", "bolt", "s8b"), { t: "end" }] : [{ t: "text", index: 0, text: "done" }, { t: "end" }];
-      },
+      acmeThenBolt,
       { holdTo: "bolt", store },
     );
     await expect(w.a.runner.send(CONV, { id: "m-acme", content: "pay acme" })).rejects.toMatchObject({ code: "turn_failed" });
