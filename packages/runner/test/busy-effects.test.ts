@@ -173,10 +173,13 @@ describe("TURN-25 a busy answer for a message in progress says which of its call
         { turnIndex: 0, state: "completed", input: { to: first, memo: memos[0] } },
         { turnIndex: 1, state: "in_flight", input: { to: second, memo: memos[1] } },
       ]);
+      // The payments API's log says the same: the first turn's payment made, the second's held in the tool.
+      expect(w.performed).toEqual([{ to: first, memo: memos[0] }]);
       const [earlier, later] = busy.effects!.map((e) => e.key);
       keyOrderDisagrees.push(earlier! > later!);
       w.hold.open();
-      await sent;
+      expect((await sent).status).toBe("answered");
+      expect(w.performed).toEqual([{ to: first, memo: memos[0] }, { to: second, memo: memos[1] }]);
     }
     expect(keyOrderDisagrees).toContain(true);
   });
@@ -278,8 +281,10 @@ describe("TURN-25 a busy answer for a message in progress says which of its call
       { input: { to: "acme", memo: "s8a" }, effect: "happened", messageId: "m-acme" },
       { input: { to: "bolt", memo: "s8b" }, effect: "may_have_happened" },
     ]);
+    expect(w.performed).toEqual([{ to: "acme", memo: "s8a" }]);
     w.hold.open();
-    await sent;
+    expect((await sent).status).toBe("answered");
+    expect(w.performed).toEqual([{ to: "acme", memo: "s8a" }, { to: "bolt", memo: "s8b" }]);
   });
 });
 

@@ -49,7 +49,7 @@ function locks(options: Partial<PostgresThreadLocksOptions> & { [testSeams]?: un
   } as PostgresThreadLocksOptions);
 }
 const thread = () => `t-${randomBytes(4).toString("hex")}`;
-/** Holds `threadId` on a session of its own until `release()`; resolves once the lock is held. */
+/** Holds `threadId` on a session of its own until `release()`; resolves once the lock is held (rejects if taking it fails). */
 async function holdThread(threadId: string): Promise<{ holder: Promise<void>; release: () => void }> {
   let held!: () => void;
   const heldNow = new Promise<void>((r) => (held = r));
@@ -58,7 +58,8 @@ async function holdThread(threadId: string): Promise<{ holder: Promise<void>; re
     held();
     await new Promise<void>((r) => (release = r));
   });
-  await heldNow;
+  // A holder that fails before it holds the lock fails the test with its error, not a timeout.
+  await Promise.race([heldNow, holder]);
   return { holder, release: () => release() };
 }
 const rowsOf = async (threadId: string) =>
