@@ -113,6 +113,21 @@ describe("ATR-9 the SDK's ToolError thrown by a wrapped tool", () => {
     expect(callOf(1).outcome).toMatchObject({ replayed: false });
   });
 
+  it("ERR-6 declared definite by hand under result_not_storable (a code of Dispatch-Once's) on an unkeyed_write: read as declaring nothing, recorded unknown (may have happened); no run or replay says the declined payment happened", async () => {
+    const app = countingApp("unkeyed_write", () => {
+      throw Object.assign(new ToolError([{ type: "text", text: "card declined" }]), { disposition: "definite", code: "result_not_storable" });
+    });
+    const { resultOf, callOf } = await cutAndRerun(app);
+    expect(app.counts).toEqual({ runs: 1, payments: 0 });
+    for (const i of [0, 1]) {
+      expect(callOf(i).error).toMatchObject({ code: "outcome_unknown", effect: "possibly" });
+      expect(textOf(resultOf(i).content)).toMatch(/may have happened/);
+      expect(textOf(resultOf(i).content)).not.toMatch(/(?<!may have )happened/);
+    }
+    // The tool's own content still reaches the model, not a complaint about its code in its place.
+    expect(textOf(resultOf(0).content)).toMatch(/card declined/);
+  });
+
   it("ATR-9 undeclared, from a keyed_write: released as may have happened (its re-run sends the same key), never told it did not happen", async () => {
     const app = countingApp("keyed_write", (run) => {
       if (run === 1) throw new ToolError("timed out after the request was sent");
@@ -132,6 +147,9 @@ describe("ATR-9 the SDK's ToolError thrown by a wrapped tool", () => {
       ["options.disposition", () => declaredToolError("x", { disposition: "failed" as never })],
       ["options.disposition", () => declaredToolError("x", undefined as never)],
       ["content", () => declaredToolError(42 as never, { disposition: "definite" })],
+      // ERR-6: recorded under the tool's code, one of Dispatch-Once's would be read back as ours.
+      ["options.code", () => declaredToolError("x", { disposition: "definite", code: "result_not_storable" })],
+      ["options.code", () => declaredToolError("x", { disposition: "definite", code: "invalid_arguments_json" })],
     ] as const) {
       let refused: unknown;
       try {

@@ -18,6 +18,7 @@ import {
   ToolInputError,
   describeValue,
   isDispatchOnceError,
+  isDispatchOnceErrorCode,
   type StoredError,
 } from "./errors/index.js";
 import { catalogueEntry, effectOf } from "./error-catalogue.js";
@@ -1911,7 +1912,9 @@ export class Dispatcher implements CallDispatcher {
     cause: ReconcileCause,
     answer: ProbeAnswer | undefined,
   ): Promise<DispatchOutcome> {
-    const disposition = ToolError.isInstance(error) ? error.disposition : "unknown";
+    // ERR-6: a ToolError under one of Dispatch-Once's codes (from a copy that let it through) is read as
+    // naming no disposition: stored as definite, its code would be read back as ours.
+    const disposition = ToolError.dispositionOf(error);
     const done = { toolName: tool.name, ordinal: base.ordinal };
     switch (disposition) {
       case "definite": {
@@ -2177,8 +2180,8 @@ type ProbeAnswer =
  * downstream's own answer about this run (RECON-2).
  */
 function mayReconcile(error: unknown): boolean {
-  if (!ToolError.isInstance(error)) return true;
-  return error.disposition === "unknown" || error.disposition === "request_mismatch";
+  const disposition = ToolError.dispositionOf(error);
+  return disposition === "unknown" || disposition === "request_mismatch";
 }
 
 /**
@@ -2572,7 +2575,9 @@ function describeError(error: unknown): string {
 
 function toStoredError(error: ToolError): StoredError {
   const stored: StoredError = { name: error.name, message: error.message };
-  if (error.code !== undefined) stored.code = error.code;
+  const { code } = error;
+  // Read once: recordFailure let no code of ours through (ERR-6), and a getter gets no second say.
+  if (typeof code === "string" && !isDispatchOnceErrorCode(code)) stored.code = code;
   if (error.details !== undefined) {
     try {
       stored.details = JSON.parse(canonicalize(toJsonData(error.details)));

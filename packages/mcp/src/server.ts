@@ -555,7 +555,8 @@ export class McpToolGuard {
         } catch (error) {
           // Unclaimed, so unrecorded: still say what the failure means for the effect (MCP-4, MCP-6),
           // never McpServer's bare message, which reads as "it failed" and invites a call that pays again.
-          const notHappened = ToolError.isInstance(error) && (error.disposition === "definite" || error.disposition === "not_performed");
+          const disposition = ToolError.dispositionOf(error);
+          const notHappened = disposition === "definite" || disposition === "not_performed";
           return errorResult(new UnguardedCallFailedError(name, notHappened ? "no" : "possibly", error));
         }
         return this.checkedOutput(name, result);

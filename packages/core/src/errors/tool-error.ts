@@ -1,3 +1,7 @@
+import { isDispatchOnceErrorCode } from "./dispatch-once-error.js";
+import { describeValue } from "./describe-value.js";
+import { InvalidArgumentError } from "./invalid-argument-error.js";
+
 /**
  * How a tool tells the dispatcher what its failure means for the effect (spec LEDGER-8).
  * - "definite": the effect did not happen and a re-run would fail the same way (a declined
@@ -36,9 +40,32 @@ export class ToolError extends Error {
     this.disposition = FAILURE_DISPOSITIONS.includes(disposition as FailureDisposition)
       ? (disposition as FailureDisposition)
       : "unknown";
-    this.code = options?.code;
+    const code = options?.code;
+    // Stored and recorded in the field that carries Dispatch-Once's own codes, one of those would be
+    // read back as Dispatch-Once's (a failed row under result_not_storable HAPPENED, LEDGER-10): ERR-6.
+    if (code !== undefined && typeof code !== "string") throw new InvalidArgumentError("options.code", `must be a string, got ${describeValue(code)}`);
+    if (isDispatchOnceErrorCode(code)) {
+      throw new InvalidArgumentError("options.code", `${JSON.stringify(code)} is a code Dispatch-Once defines (spec §11) and reads back from stored failures; name the tool's own failure otherwise, e.g. "card_declined" (ERR-6)`);
+    }
+    this.code = code;
     this.details = options?.details;
     Object.defineProperty(this, TOOL_ERROR_BRAND, { value: true });
+  }
+
+  /**
+   * The disposition the dispatcher reads from a value a tool threw (LEDGER-8): a ToolError's own,
+   * and "unknown" for anything else, for a disposition this version does not know, and for a
+   * ToolError carrying one of Dispatch-Once's codes, which another copy of the package (or a
+   * change after construction) let through (ERR-6).
+   */
+  static dispositionOf(error: unknown): FailureDisposition {
+    if (!ToolError.isInstance(error)) return "unknown";
+    try {
+      const { disposition, code } = error;
+      return FAILURE_DISPOSITIONS.includes(disposition) && !isDispatchOnceErrorCode(code) ? disposition : "unknown";
+    } catch {
+      return "unknown";
+    }
   }
 
   /** True for a ToolError of any copy of this package. */
