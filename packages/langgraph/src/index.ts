@@ -182,6 +182,51 @@ function artifactOf(outcome: DispatchOutcome): OnceToolArtifact {
   return { dispatchOnce: { key, toolName, effect, ordinal, replayed, ...(storedRequest === undefined ? {} : { storedRequest }) } };
 }
 
+/**
+ * What a run of the tools node had established of its message's calls when an error stopped it
+ * (LANGGRAPH-6): read it from the thrown error with `onceToolsStopOf`. Nothing of the run is
+ * committed (the checkpoint stays before the tools node), so this is where the app learns, with
+ * the stop, that a payment earlier in the message was made.
+ */
+export interface OnceToolsStop {
+  /** The ToolMessages of the calls answered before the stop, in the message's order (their `artifact` says each effect). */
+  readonly answered: readonly ToolMessage[];
+  /** The call whose error stopped the run. */
+  readonly stoppedAt: { readonly callId: string; readonly toolName: string };
+  /** The message's calls after it: not dispatched by this run. */
+  readonly notRun: readonly { readonly callId: string; readonly toolName: string }[];
+}
+
+// Shared by every copy of the package, as core's error brand is (ERR-3).
+const STOP: unique symbol = Symbol.for("dispatch-once.langgraph.tools-stop") as never;
+
+/**
+ * The calls a stopped run of the tools node had answered, from the error it threw (LANGGRAPH-6);
+ * undefined for any other value.
+ * @example
+ * catch (error) { const stop = onceToolsStopOf(error); for (const m of stop?.answered ?? []) tellUser(m.artifact); }
+ */
+export function onceToolsStopOf(error: unknown): OnceToolsStop | undefined {
+  if ((typeof error !== "object" && typeof error !== "function") || error === null) return undefined;
+  try {
+    return (error as { [STOP]?: OnceToolsStop })[STOP];
+  } catch {
+    return undefined;
+  }
+}
+
+/** The error, carrying the stop (an error that cannot carry it, a frozen one or a primitive, is thrown as it is). */
+function withStop(error: unknown, stop: OnceToolsStop): unknown {
+  if ((typeof error === "object" || typeof error === "function") && error !== null) {
+    try {
+      Object.defineProperty(error, STOP, { value: stop, configurable: true });
+    } catch {
+      // Not extensible: the error alone is still the truth about the call that stopped the run.
+    }
+  }
+  return error;
+}
+
 /** An error ToolMessage for a call not run whose effect is no (LANGGRAPH-7): the model may read why. */
 function refusedMessage(callId: string, toolName: string, error: DispatchOnceError): ToolMessage {
   const artifact: OnceToolArtifact = { dispatchOnce: { toolName, refused: error.code, effect: "no" } };
@@ -237,16 +282,24 @@ export function createOnceToolsNode(options: OnceToolsNodeOptions): (state: Once
     // One dispatch context for the message: identical calls get ordinals 0, 1, ... (TURN-4).
     const turn = dispatcher.turn({ conversationId: threadId, turnIndex });
     const messages: ToolMessage[] = [];
-    for (const call of last.tool_calls ?? []) {
+    const calls = last.tool_calls ?? [];
+    for (const [i, call] of calls.entries()) {
       const callId = call.id ?? "";
       // In the message's order, one at a time: the ordinals follow it, not the order runs finish.
       try {
         const outcome = await turn.dispatch({ name: call.name, input: call.args, callId });
         messages.push(new ToolMessage({ tool_call_id: callId, name: call.name, content: outcome.resultJson, artifact: artifactOf(outcome) }));
       } catch (error) {
-        if (!isDispatchOnceError(error)) throw error;
         // A re-run settles it, or it may have happened and nothing may re-run it: not the model's.
-        if (retryableOf(error) === "same_message" || effectOf(error) !== "no") throw error;
+        // Thrown with what this run established of the message's other calls (LANGGRAPH-6): none
+        // of it is committed, and a payment made before the stop must not go untold.
+        if (!isDispatchOnceError(error) || retryableOf(error) === "same_message" || effectOf(error) !== "no") {
+          throw withStop(error, {
+            answered: [...messages],
+            stoppedAt: { callId, toolName: call.name },
+            notRun: calls.slice(i + 1).map((c) => ({ callId: c.id ?? "", toolName: c.name })),
+          });
+        }
         messages.push(refusedMessage(callId, call.name, error));
       }
     }

@@ -3,7 +3,7 @@ import { z } from "zod";
 import { AIMessage, HumanMessage, RemoveMessage, ToolMessage, type BaseMessage } from "@langchain/core/messages";
 import { Annotation, END, MemorySaver, MessagesAnnotation, START, StateGraph } from "@langchain/langgraph";
 import { Dispatcher, MemoryLedger, ToolError, defineTool } from "@dispatch-once/core";
-import { assertStopReason, commitAssistantMessage, createOnceToolsNode, onceRetryOn, onceTurns, stopReasonOf } from "../src/index.js";
+import { assertStopReason, commitAssistantMessage, createOnceToolsNode, onceRetryOn, onceToolsStopOf, onceTurns, stopReasonOf } from "../src/index.js";
 
 /*
  * Real LangGraph (StateGraph, MemorySaver, retry policies) with a scripted model and core's
@@ -261,6 +261,71 @@ describe("@dispatch-once/langgraph: the tools node, the turn counter and the sto
     const committed = await graph.getState(config("t-6u"));
     expect((committed.values as S).messages.filter((m) => ToolMessage.isInstance(m))).toEqual([]);
     expect(committed.next).toEqual(["tools"]);
+  });
+
+  it("LANGGRAPH-6 the stop carries what the run established of the message's other calls: the payment made before it (happened, under its key), the call that stopped it, the calls not run after it; the re-run after the person answers them alike", async () => {
+    const api = payments();
+    const ledger = durableLedger();
+    const node = createOnceToolsNode({ dispatcher: new Dispatcher({ tools: api.tools, ledger, logger: { warn: () => {} } }) });
+    const message = new AIMessage({
+      content: "",
+      tool_calls: [
+        { id: "toolu_pay", name: "send_payment", args: { payee: "bob", amount: 5, reference: "R6s" } },
+        { id: "toolu_wire", name: "send_wire", args: { payee: "carol", amount: 900 } },
+        { id: "toolu_pay2", name: "send_payment", args: { payee: "dave", amount: 7, reference: "R6t" } },
+      ],
+      additional_kwargs: { stop_reason: "tool_use" },
+    });
+    const stops: unknown[] = [];
+    for (let run = 0; run < 2; run++) {
+      stops.push(await node({ messages: [message], onceTurns: 1 }, config("t-6s")).then(() => undefined, (e: unknown) => e));
+    }
+    // The effect log: bob paid once, the wire sent once, dave not paid (the run stopped before him).
+    expect([...api.made.values()].map((p) => p.reference)).toEqual(["R6s"]);
+    expect(api.wires).toEqual([{ payee: "carol", amount: 900 }]);
+    const rows = await ledger.listRows!({ conversationId: "t-6s" });
+    const bobKey = rows.rows.find((r) => r.toolName === "send_payment")!.key;
+    for (const [run, error] of stops.entries()) {
+      expect(error, `run ${run}`).toMatchObject({ code: "outcome_unknown" });
+      const stop = onceToolsStopOf(error);
+      expect(stop, `run ${run}`).toBeDefined();
+      // What the run knows and the user must be told with the stop: bob's payment HAPPENED (a result, under its key).
+      expect(stop!.answered.map((m) => [m.tool_call_id, m.status ?? "success", (m.artifact as { dispatchOnce: { effect: string; key: string } }).dispatchOnce.effect, (m.artifact as { dispatchOnce: { key: string } }).dispatchOnce.key])).toEqual([["toolu_pay", "success", "keyed_write", bobKey]]);
+      expect(JSON.parse(String(stop!.answered[0]!.content))).toEqual({ id: "pay_1", reference: "R6s" });
+      expect(stop!.stoppedAt).toEqual({ callId: "toolu_wire", toolName: "send_wire" });
+      expect(stop!.notRun).toEqual([{ callId: "toolu_pay2", toolName: "send_payment" }]);
+    }
+    // The re-run is answered by the ledger: the same payment, replayed.
+    expect((onceToolsStopOf(stops[1])!.answered[0]!.artifact as { dispatchOnce: { replayed: boolean } }).dispatchOnce.replayed).toBe(true);
+    // Nothing else carries a stop.
+    expect(onceToolsStopOf(new Error("x"))).toBeUndefined();
+    expect(onceToolsStopOf(undefined)).toBeUndefined();
+  });
+
+  it("LANGGRAPH-6 the stop reaches the app through graph.invoke on real LangGraph, with nothing committed", async () => {
+    const api = payments();
+    const node = createOnceToolsNode({ dispatcher: new Dispatcher({ tools: api.tools, ledger: durableLedger(), logger: { warn: () => {} } }) });
+    const message = new AIMessage({
+      content: "",
+      tool_calls: [
+        { id: "toolu_a", name: "send_payment", args: { payee: "bob", amount: 5, reference: "R6g" } },
+        { id: "toolu_b", name: "send_wire", args: { payee: "carol", amount: 900 } },
+      ],
+      additional_kwargs: { stop_reason: "tool_use" },
+    });
+    const g = new StateGraph(State)
+      .addNode("agent", async (state: S) => commitAssistantMessage(state, message))
+      .addNode("tools", node, { retryPolicy: { maxAttempts: 3, initialInterval: 1, jitter: false, logWarning: false, retryOn: onceRetryOn } })
+      .addEdge(START, "agent")
+      .addEdge("agent", "tools")
+      .addEdge("tools", END)
+      .compile({ checkpointer: new MemorySaver() });
+    const error = await g.invoke(ask("pay bob, wire carol"), config("t-6g")).then(() => undefined, (e: unknown) => e);
+    expect(error).toMatchObject({ code: "outcome_unknown" });
+    expect(onceToolsStopOf(error)?.answered.map((m) => m.tool_call_id)).toEqual(["toolu_a"]);
+    expect([...api.made.values()].map((p) => p.reference)).toEqual(["R6g"]);
+    const committed = await g.getState(config("t-6g"));
+    expect((committed.values as S).messages.filter((m) => ToolMessage.isInstance(m))).toEqual([]);
   });
 
   it("LANGGRAPH-7 a call whose arguments are not JSON (LangChain's invalid_tool_calls) is answered with an error ToolMessage (invalid_arguments_json) and never dispatched; the message's other call pays once", async () => {
