@@ -15,7 +15,6 @@ import {
   effectOf,
   retryableOf,
   isDispatchOnceError,
-  isDispatchOnceErrorCode,
   type DispatchOutcome,
   type DispatcherOptions,
   type EffectClass,
@@ -239,8 +238,10 @@ export function declaredToolError(content: ToolResultContent, options: { disposi
   }
   const code = options.code;
   if (code !== undefined && typeof code !== "string") throw new InvalidArgumentError("options.code", "must be a string");
-  // Recorded under the tool's code, one of Dispatch-Once's would be read back as ours (ERR-6).
-  if (isDispatchOnceErrorCode(code)) throw new InvalidArgumentError("options.code", `${JSON.stringify(code)} is a code Dispatch-Once defines (spec §11); name the tool's own failure otherwise (ERR-6)`);
+  // Recorded under the tool's code, one Dispatch-Once reads back would be read as ours (ERR-6).
+  if (code !== undefined && ToolError.reservedCodes.includes(code)) {
+    throw new InvalidArgumentError("options.code", `${JSON.stringify(code)} is a code Dispatch-Once reads back from stored failures (${ToolError.reservedCodes.join(", ")}); name the tool's own failure otherwise (ERR-6)`);
+  }
   return Object.assign(new SdkToolError(content), { disposition: disposition as FailureDisposition, ...(code !== undefined ? { code } : {}) });
 }
 
@@ -260,9 +261,9 @@ function asDispatchFailure(error: unknown): unknown {
   const declared = (error as { disposition?: unknown }).disposition;
   const disposition = FAILURE_DISPOSITIONS.includes(declared as FailureDisposition) ? (declared as FailureDisposition) : "unknown";
   const code = (error as { code?: unknown }).code;
-  // A code of Dispatch-Once's declares nothing a record may keep (ERR-6): the failure names no
-  // disposition, as a thrown value that is not core's ToolError.
-  if (isDispatchOnceErrorCode(code)) return error;
+  // A code Dispatch-Once reads back declares nothing a record may keep (ERR-6): the failure names
+  // no disposition, as a thrown value that is not core's ToolError.
+  if (typeof code === "string" && ToolError.reservedCodes.includes(code)) return error;
   return new ToolError(error.message, { disposition, ...(typeof code === "string" ? { code } : {}), details: { [CONTENT_DETAIL]: error.content }, cause: error });
 }
 

@@ -18,7 +18,6 @@ import {
   ToolInputError,
   describeValue,
   isDispatchOnceError,
-  isDispatchOnceErrorCode,
   type StoredError,
 } from "./errors/index.js";
 import { catalogueEntry, effectOf } from "./error-catalogue.js";
@@ -1912,8 +1911,8 @@ export class Dispatcher implements CallDispatcher {
     cause: ReconcileCause,
     answer: ProbeAnswer | undefined,
   ): Promise<DispatchOutcome> {
-    // ERR-6: a ToolError under one of Dispatch-Once's codes (from a copy that let it through) is read as
-    // naming no disposition: stored as definite, its code would be read back as ours.
+    // ERR-6: a ToolError under a code Dispatch-Once reads back (from a copy that let it through) is read
+    // as naming no disposition: stored as definite, its code would be read back as ours.
     const disposition = ToolError.dispositionOf(error);
     const done = { toolName: tool.name, ordinal: base.ordinal };
     switch (disposition) {
@@ -2577,7 +2576,7 @@ function toStoredError(error: ToolError): StoredError {
   const stored: StoredError = { name: error.name, message: error.message };
   const { code } = error;
   // Read once: recordFailure let no code of ours through (ERR-6), and a getter gets no second say.
-  if (typeof code === "string" && !isDispatchOnceErrorCode(code)) stored.code = code;
+  if (typeof code === "string" && !ToolError.reservedCodes.includes(code)) stored.code = code;
   if (error.details !== undefined) {
     try {
       stored.details = JSON.parse(canonicalize(toJsonData(error.details)));

@@ -2,12 +2,12 @@
 // errors, and Dispatch-Once reads some of those codes back from storage: a failed row whose code is
 // result_not_storable is an effect that HAPPENED (LEDGER-10), a call recorded with
 // invalid_arguments_json was never dispatched. A tool that declared a declined card as definite under
-// such a code was told "not happened" on its first run and "happened" on every replay.
+// such a code was told "not happened" on its first run and "happened" on every replay. Other codes,
+// Dispatch-Once's included, are the tool's own: a downstream's "idempotency_key_reused" is forwarded.
 import { describe, expect, it } from "vitest";
 import { z } from "zod";
 import {
   Dispatcher,
-  ERROR_CATALOGUE,
   InvalidArgumentError,
   MemoryLedger,
   ToolError,
@@ -59,8 +59,12 @@ function world(effect: "keyed_write" | "unkeyed_write", code: string) {
   return { ledger, payments, declined, dispatch };
 }
 
-describe("ERR-6 a tool's failure cannot carry a code Dispatch-Once defines", () => {
-  it.each(ERROR_CATALOGUE.map((entry) => entry.code))("new ToolError(..., { code: %j }) is refused with invalid_argument", (code) => {
+describe("ERR-6 a tool's failure cannot carry a code Dispatch-Once reads back", () => {
+  it("the reserved codes are the ones read back from stored failures and records", () => {
+    expect([...ToolError.reservedCodes].sort()).toEqual(["invalid_arguments_json", "result_not_storable", "tool_definition_changed"]);
+  });
+
+  it.each([...ToolError.reservedCodes])("new ToolError(..., { code: %j }) is refused with invalid_argument", (code) => {
     let thrown: unknown;
     try {
       new ToolError("card declined", { disposition: "definite", code });
@@ -73,7 +77,9 @@ describe("ERR-6 a tool's failure cannot carry a code Dispatch-Once defines", () 
   });
 
   it("a code of the tool's own domain is kept as given", () => {
-    for (const code of ["card_declined", "insufficient_funds", "INVALID_ARGUMENT", "result-not-storable", "Result_Not_Storable"]) {
+    // A downstream's codes forwarded as they are, even where Dispatch-Once has a code of the same name
+    // that it never reads back from a stored failure (a payments API's 422 "idempotency_key_reused").
+    for (const code of ["card_declined", "insufficient_funds", "INVALID_ARGUMENT", "result-not-storable", "Result_Not_Storable", "idempotency_key_reused", "tool_failed"]) {
       expect(new ToolError("declined", { disposition: "definite", code }).code).toBe(code);
     }
     expect(new ToolError("declined", { disposition: "definite" }).code).toBeUndefined();
@@ -84,7 +90,7 @@ describe("ERR-6 a tool's failure cannot carry a code Dispatch-Once defines", () 
   });
 
   // Read back from storage, these codes change what the row or record says of the effect.
-  for (const code of ["result_not_storable", "invalid_arguments_json", "tool_definition_changed", "tool_failed", "outcome_unknown"]) {
+  for (const code of ToolError.reservedCodes) {
     for (const effect of ["keyed_write", "unkeyed_write"] as const) {
       it(`a ${effect}'s definite failure under ${code}, from a copy that did not refuse it: its first run and its replay say the same of the effect, and neither says it happened`, async () => {
         const w = world(effect, code);

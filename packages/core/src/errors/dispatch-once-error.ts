@@ -5,52 +5,36 @@
  * one process (ESM and CJS, or two versions) have two different classes; the brand below is
  * a `Symbol.for` key, shared by every copy, so the checks agree across copies (ERR-3).
  */
-
-/** Every code any Dispatch-Once error carries (spec §11, ERR-1), as data. */
-export const DISPATCH_ONCE_ERROR_CODES = [
-  "invalid_key_input",
-  "not_canonicalizable",
-  "invalid_argument",
-  "unknown_tool",
-  "invalid_tool_definition",
-  "tool_input_invalid",
-  "in_flight_elsewhere",
-  "claim_released",
-  "outcome_unknown",
-  "tool_failed",
-  "stale_claim",
-  "ledger_unavailable",
-  "ledger_corrupt",
-  "result_not_storable",
-  "durability_mismatch",
-  "invalid_ledger_input",
-  "unsafe_store_config",
-  "invalid_arguments_json",
-  "stream_incomplete",
-  "turn_failed",
-  "conversation_busy",
-  "conversation_lease_lost",
-  "store_unavailable",
-  "store_corrupt",
-  "invalid_store_input",
-  "resolution_refused",
-  "idempotency_key_reused",
-  "tool_definition_changed",
-  "message_id_reused",
-] as const;
-
-/** A code of the table in spec §11 (ERR-1). */
-export type DispatchOnceErrorCode = (typeof DISPATCH_ONCE_ERROR_CODES)[number];
-
-const CODES: ReadonlySet<string> = new Set(DISPATCH_ONCE_ERROR_CODES);
-
-/**
- * Whether `value` is one of the codes Dispatch-Once defines. A tool's own failure may not carry one
- * (ERR-6): stored and recorded, it would be read back as Dispatch-Once's.
- */
-export function isDispatchOnceErrorCode(value: unknown): value is DispatchOnceErrorCode {
-  return typeof value === "string" && CODES.has(value);
-}
+export type DispatchOnceErrorCode =
+  | "invalid_key_input"
+  | "not_canonicalizable"
+  | "invalid_argument"
+  | "unknown_tool"
+  | "invalid_tool_definition"
+  | "tool_input_invalid"
+  | "in_flight_elsewhere"
+  | "claim_released"
+  | "outcome_unknown"
+  | "tool_failed"
+  | "stale_claim"
+  | "ledger_unavailable"
+  | "ledger_corrupt"
+  | "result_not_storable"
+  | "durability_mismatch"
+  | "invalid_ledger_input"
+  | "unsafe_store_config"
+  | "invalid_arguments_json"
+  | "stream_incomplete"
+  | "turn_failed"
+  | "conversation_busy"
+  | "conversation_lease_lost"
+  | "store_unavailable"
+  | "store_corrupt"
+  | "invalid_store_input"
+  | "resolution_refused"
+  | "idempotency_key_reused"
+  | "tool_definition_changed"
+  | "message_id_reused";
 
 /** The brand every copy of this package puts on its errors. */
 const ERROR_BRAND: unique symbol = Symbol.for("dispatch-once.error") as never;

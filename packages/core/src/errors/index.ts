@@ -1,4 +1,4 @@
-export { type DispatchOnceErrorCode, DISPATCH_ONCE_ERROR_CODES, DispatchOnceError, isDispatchOnceError, isDispatchOnceErrorCode } from "./dispatch-once-error.js";
+export { type DispatchOnceErrorCode, DispatchOnceError, isDispatchOnceError } from "./dispatch-once-error.js";
 export { describeValue } from "./describe-value.js";
 export { InvalidKeyInputError } from "./invalid-key-input-error.js";
 export { type CanonicalizationProblem, CanonicalizationError } from "./canonicalization-error.js";

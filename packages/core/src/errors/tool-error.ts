@@ -1,4 +1,3 @@
-import { isDispatchOnceErrorCode } from "./dispatch-once-error.js";
 import { describeValue } from "./describe-value.js";
 import { InvalidArgumentError } from "./invalid-argument-error.js";
 
@@ -20,6 +19,16 @@ import { InvalidArgumentError } from "./invalid-argument-error.js";
 export type FailureDisposition = "definite" | "not_performed" | "unknown" | "request_mismatch";
 
 const FAILURE_DISPOSITIONS: readonly FailureDisposition[] = ["definite", "not_performed", "unknown", "request_mismatch"];
+
+/**
+ * The codes Dispatch-Once reads back from a stored failure or a call's record as facts about the
+ * call (ERR-6): a failed row under result_not_storable is an effect that happened (LEDGER-10), a
+ * call recorded under invalid_arguments_json was never dispatched, one under
+ * tool_definition_changed was refused by IDENT-10's guard and answered nothing.
+ */
+const RESERVED_CODES = ["result_not_storable", "invalid_arguments_json", "tool_definition_changed"] as const;
+
+const isReserved = (code: unknown): boolean => (RESERVED_CODES as readonly unknown[]).includes(code);
 
 const TOOL_ERROR_BRAND: unique symbol = Symbol.for("dispatch-once.tool-error") as never;
 
@@ -44,8 +53,8 @@ export class ToolError extends Error {
     // Stored and recorded in the field that carries Dispatch-Once's own codes, one of those would be
     // read back as Dispatch-Once's (a failed row under result_not_storable HAPPENED, LEDGER-10): ERR-6.
     if (code !== undefined && typeof code !== "string") throw new InvalidArgumentError("options.code", `must be a string, got ${describeValue(code)}`);
-    if (isDispatchOnceErrorCode(code)) {
-      throw new InvalidArgumentError("options.code", `${JSON.stringify(code)} is a code Dispatch-Once defines (spec §11) and reads back from stored failures; name the tool's own failure otherwise, e.g. "card_declined" (ERR-6)`);
+    if (isReserved(code)) {
+      throw new InvalidArgumentError("options.code", `${JSON.stringify(code)} is a code Dispatch-Once reads back from stored failures as a fact about the call (one of ${RESERVED_CODES.join(", ")}); name the tool's own failure otherwise, e.g. "card_declined" (ERR-6)`);
     }
     this.code = code;
     this.details = options?.details;
@@ -53,16 +62,22 @@ export class ToolError extends Error {
   }
 
   /**
+   * The codes a tool's failure may not carry (ERR-6): Dispatch-Once reads them back from stored
+   * failures and records as facts about the call. Any other code is the tool's own, kept as given.
+   */
+  static readonly reservedCodes: readonly string[] = RESERVED_CODES;
+
+  /**
    * The disposition the dispatcher reads from a value a tool threw (LEDGER-8): a ToolError's own,
    * and "unknown" for anything else, for a disposition this version does not know, and for a
-   * ToolError carrying one of Dispatch-Once's codes, which another copy of the package (or a
-   * change after construction) let through (ERR-6).
+   * ToolError carrying one of `reservedCodes`, which another copy of the package (or a change
+   * after construction) let through (ERR-6).
    */
   static dispositionOf(error: unknown): FailureDisposition {
     if (!ToolError.isInstance(error)) return "unknown";
     try {
       const { disposition, code } = error;
-      return FAILURE_DISPOSITIONS.includes(disposition) && !isDispatchOnceErrorCode(code) ? disposition : "unknown";
+      return FAILURE_DISPOSITIONS.includes(disposition) && !isReserved(code) ? disposition : "unknown";
     } catch {
       return "unknown";
     }
