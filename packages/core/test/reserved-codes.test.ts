@@ -62,6 +62,8 @@ function world(effect: "keyed_write" | "unkeyed_write", code: string) {
 describe("ERR-6 a tool's failure cannot carry a code Dispatch-Once reads back", () => {
   it("the reserved codes are the ones read back from stored failures and records", () => {
     expect([...ToolError.reservedCodes].sort()).toEqual(["invalid_arguments_json", "result_not_storable", "tool_definition_changed"]);
+    // Not a list an app can empty by accident and so switch the check off.
+    expect(Object.isFrozen(ToolError.reservedCodes)).toBe(true);
   });
 
   it.each([...ToolError.reservedCodes])("new ToolError(..., { code: %j }) is refused with invalid_argument", (code) => {

@@ -26,7 +26,7 @@ const FAILURE_DISPOSITIONS: readonly FailureDisposition[] = ["definite", "not_pe
  * call recorded under invalid_arguments_json was never dispatched, one under
  * tool_definition_changed was refused by IDENT-10's guard and answered nothing.
  */
-const RESERVED_CODES = ["result_not_storable", "invalid_arguments_json", "tool_definition_changed"] as const;
+const RESERVED_CODES = Object.freeze(["result_not_storable", "invalid_arguments_json", "tool_definition_changed"] as const);
 
 const isReserved = (code: unknown): boolean => (RESERVED_CODES as readonly unknown[]).includes(code);
 
