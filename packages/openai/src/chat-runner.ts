@@ -274,7 +274,7 @@ class ChatCompletionsStream implements StreamProvider<ChatCompletionsTurnAccumul
       calls: (Array.isArray(message.tool_calls) ? message.tool_calls : []).map((c) => {
         const result = results.get(c.id ?? "")?.shift();
         const input = parsedArguments(c.function?.arguments);
-        return { callId: c.id ?? "", name: c.function?.name ?? "", ...(input !== undefined ? { input } : {}), ...readStoredResult(result, isErrorOutput(result)) };
+        return { callId: c.id ?? "", name: c.function?.name ?? "", ...(input !== undefined ? { input } : {}), ...readStoredResult(result, isErrorOutput(result, input)) };
       }),
     };
   }

@@ -16,19 +16,28 @@ export function parsedArguments(text: unknown): unknown {
 /**
  * Whether a stored output is the runner's `{ error }` answer. The API keeps no error flag, so
  * this reads the shape the runner writes (an object whose only member is a stored error); it
- * only decides how a turn read back from the store is reported.
+ * only decides how a turn read back from the store is reported. A tool's result can have that
+ * shape too, codes included, so a code the runner reads back as a fact is taken from the shape
+ * only where the call allows it: `invalid_arguments_json` (never dispatched, no key) answers only
+ * arguments that are not a JSON object (both accumulators refuse nothing else with it), so under
+ * a call whose committed arguments are one it is the tool's result (a payment that happened).
  */
-export function isErrorOutput(output: unknown): boolean {
+export function isErrorOutput(output: unknown, input?: unknown): boolean {
   if (typeof output !== "string") return false;
   try {
     const parsed = JSON.parse(output) as unknown;
     if (parsed === null || typeof parsed !== "object" || Array.isArray(parsed)) return false;
     const keys = Object.keys(parsed);
-    const error = (parsed as { error?: { name?: unknown; message?: unknown } }).error;
-    return keys.length === 1 && typeof error?.name === "string" && typeof error.message === "string";
+    const error = (parsed as { error?: { name?: unknown; message?: unknown; code?: unknown } }).error;
+    if (!(keys.length === 1 && typeof error?.name === "string" && typeof error.message === "string")) return false;
+    return !(error.code === "invalid_arguments_json" && isJsonObject(input));
   } catch {
     return false;
   }
+}
+
+function isJsonObject(value: unknown): boolean {
+  return typeof value === "object" && value !== null && !Array.isArray(value);
 }
 
 /**

@@ -290,7 +290,7 @@ class ResponsesStream implements StreamProvider<ResponsesTurnAccumulator, Stream
             callId: i.call_id ?? "",
             name: i.name ?? "",
             ...(input !== undefined ? { input } : {}),
-            ...readStoredResult(output, isErrorOutput(output)),
+            ...readStoredResult(output, isErrorOutput(output, input)),
           };
         }),
     };

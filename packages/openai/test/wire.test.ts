@@ -17,6 +17,7 @@ function wire(
   responses: (n: number, followUp: boolean) => unknown[],
   resultOf: (paymentId: string) => Record<string, unknown> = (paymentId) => ({ paymentId }),
   ledger: Ledger = new MemoryLedger(),
+  store: MemoryConversationStore = new MemoryConversationStore(),
 ) {
   const paid: { payee: string; paymentId: string }[] = [];
   const tools = new ToolRegistry([
@@ -47,7 +48,7 @@ function wire(
   const runner = new ConversationRunner({
     client: client as never,
     dispatcher: new Dispatcher({ tools, ledger }),
-    store: new MemoryConversationStore(),
+    store,
     model: "gpt-test",
     tools: tools.providerSchemas(),
     retry: { backoffMs: () => 1 },
@@ -255,6 +256,27 @@ describe("the Responses wire from gateways and compatible servers", () => {
     // Before: read back as { error }, so a client told the user the payment failed.
     expect(again.turns[0]!.calls).toEqual([{ ...first.turns[0]!.calls[0], replayed: true }]);
     expect(paid).toHaveLength(1);
+  });
+
+  // The runner's own codes inside such a result are the downstream's words, not the runner's: a
+  // result carrying invalid_arguments_json was read back as a call that was never dispatched (no
+  // key), and then as a failure, though it paid.
+  // A store that keeps no call keys with a turn (TURN-24: one written before them) derives them again.
+  it.each(["invalid_arguments_json"])("TURN-7 a payment whose error-shaped result carries the code %s is read back on a re-send as the result it was, with its key", async (code) => {
+    const store = new MemoryConversationStore();
+    Object.defineProperty(store, "capabilities", { value: { ...store.capabilities, supports: { ...store.capabilities.supports, callKeys: false } } });
+    const { runner, paid } = wire(
+      (n) => (n === 1 ? [created, ...call(0, "call_a", ACME), completed([fcItem("call_a", ACME)])] : answer("Paid acme, with a warning.")),
+      (paymentId) => ({ error: { name: "FxWarning", message: `${paymentId} settled at a stale rate`, code } }),
+      new MemoryLedger(),
+      store,
+    );
+    const first = await runner.send(`conv-error-shaped-${code}`, { id: "m1", content: "pay acme" });
+    const again = await runner.send(`conv-error-shaped-${code}`, { id: "m1", content: "pay acme" });
+    console.log(`${code}: paid ${paid.length}; first ${JSON.stringify(first.turns[0]!.calls[0])}; re-send ${JSON.stringify(again.turns[0]!.calls[0])}`);
+    expect(paid).toHaveLength(1);
+    expect(first.turns[0]!.calls).toEqual([expect.objectContaining({ result: { error: { name: "FxWarning", message: "pay_1 settled at a stale rate", code } }, ordinal: 0 })]);
+    expect(again.turns[0]!.calls).toEqual([{ ...first.turns[0]!.calls[0], replayed: true }]);
   });
 
   it("TURN-7 a committed error answer is read back as that error even when the call's row now holds a result: only the very output the turn committed counts as the tool's result", async () => {
