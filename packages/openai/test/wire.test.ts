@@ -8,6 +8,7 @@ import { describe, expect, it } from "vitest";
 import { Dispatcher, MemoryConversationStore, MemoryLedger, ToolError, ToolRegistry, defineTool, type Ledger } from "@dispatch-once/core";
 import { z } from "zod";
 import { ConversationRunner, TurnFailedError } from "../src/index.js";
+import { isErrorOutput } from "../src/openai-shared.js";
 
 const ACME = { payee: "acme", amount: 125_000, currency: "EUR", reference: "INV-1042" };
 const BOB = { payee: "bob", amount: 4_000, currency: "EUR", reference: "LOAN-3" };
@@ -277,6 +278,15 @@ describe("the Responses wire from gateways and compatible servers", () => {
     expect(paid).toHaveLength(1);
     expect(first.turns[0]!.calls).toEqual([expect.objectContaining({ result: { error: { name: "FxWarning", message: "pay_1 settled at a stale rate", code } }, ordinal: 0 })]);
     expect(again.turns[0]!.calls).toEqual([{ ...first.turns[0]!.calls[0], replayed: true }]);
+  });
+
+  it("TURN-7 both OpenAI runners read invalid_arguments_json as their own answer only under arguments that are not a JSON object", () => {
+    const output = JSON.stringify({ error: { name: "FxWarning", message: "settled at a stale rate", code: "invalid_arguments_json" } });
+    // Chat Completions reads its stored turns through the same function (chat-runner.ts readTurn).
+    expect(isErrorOutput(output, { payee: "acme" })).toBe(false);
+    expect(isErrorOutput(output, undefined)).toBe(true); // arguments that were not JSON
+    expect(isErrorOutput(output, [1])).toBe(true); // JSON, not an object
+    expect(isErrorOutput(JSON.stringify({ error: { name: "ToolError", message: "declined", code: "card_declined" } }), { payee: "acme" })).toBe(true);
   });
 
   it("TURN-7 a committed error answer is read back as that error even when the call's row now holds a result: only the very output the turn committed counts as the tool's result", async () => {
