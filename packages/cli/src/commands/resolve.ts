@@ -10,7 +10,7 @@ import { isRecordRowName } from "../record-rows.js";
 import { TooSoonError } from "../errors/too-soon-error.js";
 import { MismatchNotReleasableError } from "../errors/mismatch-not-releasable-error.js";
 import { FenceMovedError } from "../errors/fence-moved-error.js";
-import { isDispatchOnceError, ResolutionRefusedError } from "@dispatch-once/core";
+import { isDispatchOnceError, ResolutionRefusedError, ToolError } from "@dispatch-once/core";
 import { DEFAULT_GRACE_MS, openForGrace } from "../grace.js";
 import { parseDuration } from "../duration.js";
 import { UnsupportedOperationError } from "../errors/unsupported-operation-error.js";
@@ -53,7 +53,9 @@ refused), stores who, when and why in the row's audit trail, and every replay an
   --completed <json>   the effect happened; <json> is its result, returned to every replay.
                        Must be valid JSON; @path reads it from a file (@- from stdin is not read).
   --failed <message>   the effect definitely failed; replays fail with this message
-      --code <code>    a machine-readable code for that failure
+      --code <code>    a machine-readable code for that failure (the downstream's, e.g.
+                       card_declined; result_not_storable, invalid_arguments_json and
+                       tool_definition_changed are Dispatch-Once's and refused, exit 2)
   --not-performed      the effect did not happen: the row is released and the next replay runs
                        the stored request again
 Options:
@@ -100,6 +102,11 @@ Example:
     if (chosen !== 1) throw new UsageError("give exactly one of --completed <json>, --failed <message>, --not-performed", command);
     const code = stringOption(values, "code");
     if (code !== undefined && failed === undefined) throw new UsageError("--code only goes with --failed", command);
+    // ERR-6: stored in the field that carries Dispatch-Once's own codes, one of those is read back as
+    // ours: a failed row under result_not_storable says the effect HAPPENED, the opposite of --failed.
+    if (code !== undefined && ToolError.reservedCodes.includes(code)) {
+      throw new UsageError(`--code ${JSON.stringify(code)} is a code Dispatch-Once reads back from failed rows as a fact about the effect; name the downstream's own failure (e.g. card_declined) (ERR-6)`, command);
+    }
     const reason = stringOption(values, "reason")?.trim();
     if (reason === undefined || reason === "") throw new UsageError("--reason <text> is required: say what you checked downstream", command);
     const actor = actorOf(values, io, command);
