@@ -73,6 +73,8 @@ class SpliceWatch {
   private responseId: string | undefined;
   private metadataId: string | undefined;
   private readonly positions = new Set<number>();
+  /** Every `tool-call` part seen, by its id, tool and input text. */
+  private readonly toolCalls = new Set<string>();
 
   /** What a raw event shows of another response, or `undefined`. */
   raw(value: unknown): string | undefined {
@@ -111,6 +113,23 @@ class SpliceWatch {
       if (typeof finish === "string" && finish !== "") this.chatFinished = true;
       if (typeof event["id"] === "string" && event["id"] !== "") return this.responseOf(event["id"], "chat.completion.chunk");
     }
+    return undefined;
+  }
+
+  /**
+   * A `tool-call` part that repeats an earlier one of this stream whole (the same non-empty
+   * `toolCallId`, tool and input): one call delivered again at another position, by a relay that
+   * renumbers what it re-sends; the AI SDK would execute it again under the next ordinal
+   * (STREAM-10). Calls that share an id and differ in their input are two calls (some models and
+   * servers repeat ids), and so are identical calls under distinct ids (TURN-4).
+   */
+  repeatedCall(part: Part): string | undefined {
+    const call = part as { type: string; toolCallId?: unknown; toolName?: unknown; input?: unknown };
+    if (call.type !== "tool-call" || typeof call.toolCallId !== "string" || call.toolCallId === "") return undefined;
+    const input = typeof call.input === "string" ? call.input : JSON.stringify(call.input);
+    const seen = `${call.toolCallId}\u0000${String(call.toolName)}\u0000${input}`;
+    if (this.toolCalls.has(seen)) return `a tool-call part (${call.toolCallId}, ${String(call.toolName)}) repeats an earlier call of ${this.responseId ?? "this response"} whole, its input too: the call delivered again at another position`;
+    this.toolCalls.add(seen);
     return undefined;
   }
 
@@ -306,7 +325,8 @@ export function spliceGuard(options: Record<string, never> = {}): LanguageModelM
       const stream = result.stream.pipeThrough(
         new TransformStream<Part, Part>({
           transform(part, controller) {
-            const sign = part.type === "raw" ? watch.raw(part.rawValue) : part.type === "response-metadata" ? watch.metadata(part) : (watch.unfinished(part) ?? watch.bodyUnfinished(part));
+            const sign =
+              part.type === "raw" ? watch.raw(part.rawValue) : part.type === "response-metadata" ? watch.metadata(part) : (watch.unfinished(part) ?? watch.bodyUnfinished(part) ?? watch.repeatedCall(part));
             if (sign !== undefined) {
               // Ends here: nothing of the spliced response (its tool-call parts) reaches the AI SDK,
               // and the provider's body is cancelled. An error part, not an errored stream: the AI SDK

@@ -36,6 +36,17 @@ const done = (index: number) => ({ type: "response.output_item.done", output_ind
 const fc = (id: string) => ({ type: "function_call", id, call_id: `call_${id}`, name: "pay" });
 
 describe("spliceGuard's signs of a second response (AISDK-16)", () => {
+  it("tool-call parts under one id with other input (some models and servers repeat ids), or identical under distinct ids (two asks), pass whole", async () => {
+    const r = await guarded([], [
+      { type: "tool-call", toolCallId: "functions.pay:0", toolName: "pay", input: '{"to":"acme"}' },
+      { type: "tool-call", toolCallId: "functions.pay:0", toolName: "pay", input: '{"to":"bob"}' },
+      { type: "tool-call", toolCallId: "toolu_b", toolName: "pay", input: '{"to":"acme"}' },
+      { type: "finish" },
+    ]);
+    expect(r.error).toBeUndefined();
+    expect(r.seen.filter((p) => p.type === "tool-call")).toHaveLength(3);
+  });
+
   it("a clean Responses stream passes whole; the raw parts it asked for are not the app's", async () => {
     const r = await guarded([created("r1"), { type: "response.in_progress", response: { id: "r1" } }, added(0, fc("a")), done(0), added(1, fc("b")), done(1)], [{ type: "finish" }]);
     expect(r.error).toBeUndefined();
@@ -83,6 +94,16 @@ describe("spliceGuard's signs of a second response (AISDK-16)", () => {
       ],
       at: 5,
       says: /content_block_start at index 0/,
+    },
+    {
+      name: "a tool-call part that repeats an earlier one whole (id, tool, input), as a relay that renumbers what it re-sends delivers it",
+      events: [],
+      extra: [
+        { type: "tool-call", toolCallId: "toolu_a", toolName: "pay", input: '{"to":"acme"}' },
+        { type: "tool-call", toolCallId: "toolu_a", toolName: "pay", input: '{"to":"acme"}' },
+      ],
+      at: 0,
+      says: /a tool-call part \(toolu_a, pay\) repeats an earlier call of this response whole/,
     },
     { name: "Messages API, a second message_start", events: [{ type: "message_start", message: { id: "msg_1" } }, { type: "message_start", message: { id: "msg_2" } }], at: 1, says: /message_start second_response/ },
     { name: "Chat Completions, a chunk of another completion from a server that leaves out object", events: [{ id: "c1", choices: [] }, { id: "c2", choices: [] }], at: 1, says: /chat\.completion\.chunk second_response/ },

@@ -161,7 +161,14 @@ export class TurnAccumulator extends CallPhases<CallState> {
       case "content_block_stop": {
         if (this.blockTypes.has(event.index)) this.stoppedBlocks.add(event.index);
         const call = this.callAt(event.index);
-        return call === undefined ? undefined : this.completeCall(call);
+        const done = call === undefined ? undefined : this.completeCall(call);
+        const earlier = done === undefined ? undefined : this.repeatedCall(done);
+        if (done !== undefined && earlier !== undefined) {
+          done.phase = "abandoned";
+          this.secondMessage = `the tool_use block at index ${done.index} (${done.callId}, ${done.name}) repeats the call at index ${earlier.index} whole, its arguments too: the call delivered again at another position in the stream of ${this.messageId ?? "this response"}`;
+          return undefined;
+        }
+        return done;
       }
       case "message_delta":
         this.stopReason = event.delta.stop_reason ?? this.stopReason;

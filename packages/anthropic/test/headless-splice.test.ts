@@ -82,6 +82,60 @@ describe("TurnAccumulator: a headless splice without a lead, thinking on (STREAM
   });
 });
 
+describe("TurnAccumulator: a call delivered again at another position (STREAM-10)", () => {
+  it("STREAM-10 a tool_use that repeats the call at another index whole, its id, name and arguments (a relay that renumbers what it re-sends), fails the stream at its stop: the call is never dispatchable twice", () => {
+    const acc = new TurnAccumulator();
+    const dispatchable: string[] = [];
+    for (const e of [start("msg_1"), ...text(0, "Paying."), ...pay(1, "toolu_a1", "acme", 5), ...pay(2, "toolu_a1", "acme", 5), ...end("tool_use")]) {
+      const call = acc.apply(ev(e));
+      if (call !== undefined) dispatchable.push(`${call.callId} ${JSON.stringify(call.input)}`);
+    }
+    expect(dispatchable).toEqual(['toolu_a1 {"payee":"acme","amount":5}']);
+    expect(acc.secondMessage).toMatch(/the tool_use block at index 2 \(toolu_a1, send_payment\) repeats the call at index 1 whole/);
+    // Never run: the attempt failed there, and its record lists the repeat as not run.
+    expect(acc.calls.map((c) => c.phase)).toEqual(["complete", "abandoned"]);
+  });
+
+  it("STREAM-10 two calls under one id with other arguments (a model or server that repeats ids) are two calls: both dispatchable", () => {
+    const acc = new TurnAccumulator();
+    const dispatchable: string[] = [];
+    for (const e of [start("msg_1"), ...pay(0, "functions.pay:0", "acme", 5), ...pay(1, "functions.pay:0", "bob", 7), ...end("tool_use")]) {
+      const call = acc.apply(ev(e));
+      if (call !== undefined) dispatchable.push(`${call.callId} ${JSON.stringify(call.input)}`);
+    }
+    expect(acc.secondMessage).toBeUndefined();
+    expect(dispatchable).toEqual(['functions.pay:0 {"payee":"acme","amount":5}', 'functions.pay:0 {"payee":"bob","amount":7}']);
+  });
+
+  it("STREAM-10 two calls of one response with distinct ids, identical arguments, are two asks: both dispatchable (TURN-4)", () => {
+    const acc = new TurnAccumulator();
+    const dispatchable: string[] = [];
+    for (const e of [start("msg_1"), ...pay(0, "toolu_a1", "acme", 5), ...pay(1, "toolu_a2", "acme", 5), ...end("tool_use")]) {
+      const call = acc.apply(ev(e));
+      if (call !== undefined) dispatchable.push(call.callId);
+    }
+    expect(acc.secondMessage).toBeUndefined();
+    expect(dispatchable).toEqual(["toolu_a1", "toolu_a2"]);
+  });
+});
+
+describe("ConversationRunner: a call delivered again at another position (STREAM-10)", () => {
+  it("STREAM-10 [acme] delivered again at the next index: the attempt fails there, the retry answers acme from the ledger; paid once, the turn commits one call", async () => {
+    const w = world([
+      [start("msg_1"), ...pay(0, "toolu_a1", "acme", 5), ...pay(1, "toolu_a1", "acme", 5), ...end("tool_use")],
+      [start("msg_2"), ...pay(0, "toolu_a2", "acme", 5), ...end("tool_use")],
+      [start("msg_3"), ...text(0, "Paid."), ...end("end_turn")],
+    ]);
+    const result = await w.runner.send("conv-dup-id", { id: "m1", content: "pay acme 5" });
+    expect(w.paid).toEqual([{ payee: "acme", amount: 5 }]);
+    expect(result.turns[0]!.attempts).toBe(2);
+    expect(result.turns[0]!.calls.map((c) => [c.callId, c.ordinal, c.replayed ?? false, c.result])).toEqual([["toolu_a2", 0, true, { paymentId: "pay_1" }]]);
+    const log = await w.store.log("conv-dup-id");
+    const uses = log.flatMap((m) => (Array.isArray((m as { content: unknown }).content) ? ((m as { content: { type: string }[] }).content.filter((b) => b.type === "tool_use")) : []));
+    expect(uses).toHaveLength(1);
+  });
+});
+
 describe("ConversationRunner: a headless splice without a lead, thinking on (STREAM-10)", () => {
   it("STREAM-10 [acme] then the spliced [bob, acme]: the attempt fails at bob's tool_use, the retry pays bob; acme and bob are paid once each and the turn commits [acme, bob]", async () => {
     const w = world([

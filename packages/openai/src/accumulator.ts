@@ -214,7 +214,20 @@ export class ResponsesTurnAccumulator extends CallPhases<CallState> {
         // it repeats them: an empty string after streamed deltas is a gateway leaving them out, and
         // reading it as {} would run the tool with none of the model's arguments.
         const repeated = typeof item.arguments === "string" && !(item.arguments === "" && call.partialJson !== "");
-        return this.completeCall(call, repeated ? { json: item.arguments, requireObject: true } : { requireObject: true });
+        const done = this.completeCall(call, repeated ? { json: item.arguments, requireObject: true } : { requireObject: true });
+        // Two items of their own (distinct item ids) are two calls, whatever their call_ids say.
+        const earlier = done === undefined ? undefined : this.repeatedCall(done);
+        if (done !== undefined && earlier !== undefined && (earlier.itemId === "" || done.itemId === "" || earlier.itemId === done.itemId)) {
+          done.phase = "abandoned";
+          this.terminal = "error";
+          this.streamError = {
+            event: "response.output_item.done",
+            code: "output_item_repeated",
+            message: `the function_call at output_index ${done.index} (${done.callId}, ${done.name}) repeats the call at output_index ${earlier.index} whole, its arguments too: the call delivered again at another position in the stream of ${this.responseId ?? "this response"}`,
+          };
+          return undefined;
+        }
+        return done;
       }
       case "response.completed": {
         this.terminal = "completed";

@@ -74,6 +74,54 @@ const answer = (text: string) => [
   completed("resp_9", []),
 ];
 
+describe("a function_call delivered again at another position (STREAM-10)", () => {
+  it("STREAM-10 the same item (its id, call_id and arguments) at a new output_index, as a relay that renumbers what it re-sends delivers it, fails the stream at its done event: dispatchable once", () => {
+    const acc = new ResponsesTurnAccumulator();
+    const dispatchable: string[] = [];
+    for (const e of [created("resp_1"), ...call(0, "call_a1", ACME), ...call(1, "call_a1", ACME), completed("resp_1", [fcItem("call_a1", ACME), fcItem("call_a1", ACME)])]) {
+      const c = acc.apply(e as never);
+      if (c !== undefined) dispatchable.push(c.callId);
+    }
+    expect(dispatchable).toEqual(["call_a1"]);
+    expect(acc.streamError).toMatchObject({ event: "response.output_item.done", code: "output_item_repeated" });
+    expect(acc.streamError?.message).toMatch(/the function_call at output_index 1 \(call_a1, send_payment\) repeats the call at output_index 0 whole/);
+  });
+
+  it("STREAM-10 a server that repeats call_ids under distinct item ids is not refused (its calls are two)", () => {
+    const acc = new ResponsesTurnAccumulator();
+    const dispatchable: string[] = [];
+    const twin = (index: number, itemId: string) => [
+      { type: "response.output_item.added", output_index: index, item: { ...fcItem("call_0", "", "in_progress"), id: itemId } },
+      { type: "response.output_item.done", output_index: index, item: { ...fcItem("call_0", ACME), id: itemId } },
+    ];
+    for (const e of [created("resp_1"), ...twin(0, "fc_x"), ...twin(1, "fc_y")]) {
+      const c = acc.apply(e as never);
+      if (c !== undefined) dispatchable.push(c.callId);
+    }
+    expect(acc.streamError).toBeUndefined();
+    expect(dispatchable).toEqual(["call_0", "call_0"]);
+  });
+
+  it("STREAM-10 one call_id under two items with other arguments is two calls", () => {
+    const acc = new ResponsesTurnAccumulator();
+    const dispatchable: string[] = [];
+    for (const e of [created("resp_1"), ...call(0, "call_0", ACME), ...call(1, "call_0", BOB)]) {
+      const c = acc.apply(e as never);
+      if (c !== undefined) dispatchable.push(`${c.callId} ${JSON.stringify(c.input)}`);
+    }
+    expect(acc.streamError).toBeUndefined();
+    expect(dispatchable).toEqual(['call_0 {"payee":"acme","amount":5}', 'call_0 {"payee":"bob","amount":7}']);
+  });
+
+  it("STREAM-10 through the runner: the attempt fails at the repeated item, the retry answers acme from the ledger; paid once", async () => {
+    const w = wire((n, followUp) => (followUp ? answer("Paid.") : n === 1 ? [created("resp_1"), ...call(0, "call_a1", ACME), ...call(1, "call_a1", ACME), completed("resp_1", [fcItem("call_a1", ACME), fcItem("call_a1", ACME)])] : [created(`resp_${n}`), ...call(0, `call_a${n}`, ACME), completed(`resp_${n}`, [fcItem(`call_a${n}`, ACME)])]));
+    const result = await w.runner.send("conv-dup-item", { id: "m1", content: "pay acme 5" });
+    expect(w.paid).toEqual(["acme 5"]);
+    expect(result.turns[0]!.attempts).toBe(2);
+    expect(result.turns[0]!.calls.map((c) => [c.ordinal, c.replayed ?? false])).toEqual([[0, true]]);
+  });
+});
+
 describe("ResponsesTurnAccumulator: a headless splice without a lead (STREAM-10)", () => {
   it("STREAM-10 the spliced response's reasoning and function_call at held positions, with other ids: the stream fails at the reasoning item, nothing of the spliced response is dispatchable, and the held reasoning stays", () => {
     const acc = new ResponsesTurnAccumulator();

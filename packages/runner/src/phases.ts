@@ -1,3 +1,5 @@
+import { sameJsonData } from "@dispatch-once/core/internal";
+
 /**
  * Where one tool call is (spec STREAM-2), in every provider's stream. The accumulator is the
  * only component that knows this when a stream dies, which is why it keeps its state on error.
@@ -109,6 +111,19 @@ export class CallPhases<C extends CallState = CallState> {
       call.inputError = error instanceof Error ? error.message : String(error);
     }
     return call;
+  }
+
+  /**
+   * The earlier call of this response that `call`, just complete, repeats whole at another position:
+   * the same non-empty id, the same name and the same arguments. That is one call delivered again, by
+   * a relay that renumbers what it re-sends; dispatched, it would run again under the next ordinal,
+   * a second effect for one ask (STREAM-10). Two calls that share an id and differ in their
+   * arguments are two calls (some models and servers repeat ids), and so are identical calls
+   * under distinct ids (TURN-4). The caller fails the stream there and marks the call abandoned.
+   */
+  protected repeatedCall(call: C): C | undefined {
+    if (call.callId === "" || call.input === undefined) return undefined;
+    return this.calls.find((c) => c !== call && c.index !== call.index && c.callId === call.callId && c.name === call.name && c.input !== undefined && sameJsonData(c.input, call.input));
   }
 
   protected callAt(index: number): C | undefined {
