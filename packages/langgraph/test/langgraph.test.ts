@@ -215,6 +215,11 @@ describe("@dispatch-once/langgraph: the tools node, the turn counter and the sto
     expect(error).toMatchObject({ code: "stream_incomplete", finalStop: "max_tokens" });
     expect(onceRetryOn(error)).toBe(false);
     expect(assertStopReason(new AIMessage({ content: "long text", additional_kwargs: { stop_reason: "max_tokens" } }))).toBe("max_tokens");
+    // ChatOpenAI's output limit is finish_reason "length" (blind round R, R02): with a call, the call
+    // the limit cut would run with its arguments parsed as far as they went; without one, the text stands.
+    const cutByLength = new AIMessage({ content: "", tool_calls: [{ id: "c", name: "send_payment", args: { payee: "x" } }], response_metadata: { finish_reason: "length" } });
+    expect(() => assertStopReason(cutByLength)).toThrow(expect.objectContaining({ code: "stream_incomplete", finalStop: "length" }));
+    expect(assertStopReason(new AIMessage({ content: "long text", response_metadata: { finish_reason: "length" } }))).toBe("length");
     // A Responses API response.incomplete is never committed, with or without calls (STREAM-8).
     expect(() => assertStopReason(new AIMessage({ content: "text", response_metadata: { status: "incomplete", incomplete_details: { reason: "max_output_tokens" } } }))).toThrow(
       expect.objectContaining({ code: "stream_incomplete", finalStop: "incomplete:max_output_tokens" }),
@@ -300,6 +305,34 @@ describe("@dispatch-once/langgraph: the tools node, the turn counter and the sto
     // Nothing else carries a stop.
     expect(onceToolsStopOf(new Error("x"))).toBeUndefined();
     expect(onceToolsStopOf(undefined)).toBeUndefined();
+  });
+
+  it("LANGGRAPH-6 the stop's answers include a call refused before it (its error ToolMessage), and another copy of the package reads the stop", async () => {
+    const api = payments((reference) => (reference === "R6r" ? "refuse" : "ok"));
+    const node = createOnceToolsNode({ dispatcher: new Dispatcher({ tools: api.tools, ledger: durableLedger(), logger: { warn: () => {} } }) });
+    const message = new AIMessage({
+      content: "",
+      tool_calls: [
+        { id: "toolu_refused", name: "send_payment", args: { payee: "nobody", amount: 5, reference: "R6r" } },
+        { id: "toolu_wire", name: "send_wire", args: { payee: "carol", amount: 900 } },
+      ],
+      additional_kwargs: { stop_reason: "tool_use" },
+    });
+    const error = await node({ messages: [message], onceTurns: 1 }, config("t-6r")).then(() => undefined, (e: unknown) => e);
+    expect(error).toMatchObject({ code: "outcome_unknown" });
+    expect(api.made.size).toBe(0);
+    expect(api.wires).toHaveLength(1);
+    // The refused call was answered (effect no): without it in answered it is in neither list, and
+    // the person told of the stop cannot say what became of it (blind round R, R11).
+    const stop = onceToolsStopOf(error);
+    expect(stop?.answered.map((m) => [m.tool_call_id, m.status ?? "success"])).toEqual([["toolu_refused", "error"]]);
+    expect(stop?.notRun).toEqual([]);
+    // A second copy of the package (an app that loads its ESM and CJS builds, or two versions) reads
+    // the stop the first copy threw: its brand is shared, as core's error brand is (R12).
+    const url = new URL("../src/index.ts?second-copy", import.meta.url).href;
+    const copy = (await import(/* @vite-ignore */ url)) as typeof import("../src/index.js");
+    expect(copy.onceToolsStopOf).not.toBe(onceToolsStopOf);
+    expect(copy.onceToolsStopOf(error)).toBe(stop);
   });
 
   it("LANGGRAPH-6 the stop reaches the app through graph.invoke on real LangGraph, with nothing committed", async () => {
