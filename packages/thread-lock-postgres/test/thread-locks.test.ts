@@ -283,6 +283,27 @@ describe("withThread", () => {
     expect(await rowsOf(t)).toEqual(["held-tx"]);
   });
 
+  it("THREAD-3: held.pool hands the session to one caller at a time: another caller's write waits for a transaction's end and is not rolled back with it", async () => {
+    const t = thread();
+    await locks().withThread(t, async ({ pool }) => {
+      const c = await pool.connect();
+      try {
+        await c.query("BEGIN");
+        await c.query(`INSERT INTO ${table} VALUES ($1, 'rolled-back')`, [t]);
+        // A second library's write on the same pool while the first's transaction is open: on the one
+        // session it would run inside that transaction and be rolled back with it (blind round R, R23).
+        const other = pool.query(`INSERT INTO ${table} VALUES ($1, 'other')`, [t]);
+        await sleep(50);
+        await c.query("ROLLBACK");
+        c.release();
+        await other;
+      } finally {
+        c.release();
+      }
+    });
+    expect(await rowsOf(t)).toEqual(["other"]);
+  });
+
   it("THREAD-5: work that throws releases the thread, its error passes through unchanged, and no session is left", async () => {
     const l = locks();
     const t = thread();
