@@ -138,6 +138,51 @@ describe("TURN-25 a busy answer for a message in progress says which of its call
     expect((await sent).status).toBe("answered");
   });
 
+  it("two identical payments of one turn claimed in one millisecond of the ledger's clock are listed by ordinal, not by key", async () => {
+    // A clock that never moves: both claims share one millisecond, and only the ordinal says which
+    // call of the message came first (blind round R, R27: the ordinals compared the other way round).
+    const ledger = new MemoryLedger({ now: () => 1_700_000_000_000 });
+    // Whether the key alone would have listed the second call first, per memo pair: at least one must.
+    const keyOrderDisagrees: boolean[] = [];
+    for (const [memo1, memo2] of [
+      ["first", "second"],
+      ["rent", "tea"],
+      ["fee", "lunch"],
+    ] as const) {
+      const conv = `conv-busy-ordinal-tie-${memo1}`;
+      const store = new MemoryConversationStore();
+      const hold = gate();
+      held.push(hold.open);
+      const performed: unknown[] = [];
+      let reached = false;
+      const a = world((n) => (n === 1 ? [...pay(0, "toolu_1", "bob", memo1), ...pay(1, "toolu_2", "bob", memo2), { t: "end" }] : [{ t: "end" }]), false, {
+        store,
+        ledger,
+        performed,
+        beforePay: async (args) => {
+          if ((args as { memo: string }).memo !== memo2) return;
+          reached = true;
+          await hold.promise;
+        },
+      });
+      const b = world(() => [{ t: "end" }], false, { store, ledger, runner: { busyWaitMs: 20 } });
+      const sent = a.runner.send(conv, { id: "m1", content: CONTENT });
+      await until(() => reached);
+      const busy = await busyOf(b.runner.send(conv, { id: "m1", content: CONTENT }));
+      expect(busy.effects?.map(({ ordinal, state, input }) => ({ ordinal, state, input }))).toEqual([
+        { ordinal: 0, state: "completed", input: { to: "bob", memo: memo1 } },
+        { ordinal: 1, state: "in_flight", input: { to: "bob", memo: memo2 } },
+      ]);
+      expect(performed).toEqual([{ to: "bob", memo: memo1 }]);
+      const [earlier, later] = busy.effects!.map((e) => e.key);
+      keyOrderDisagrees.push(earlier! > later!);
+      hold.open();
+      expect((await sent).status).toBe("answered");
+      expect(performed).toEqual([{ to: "bob", memo: memo1 }, { to: "bob", memo: memo2 }]);
+    }
+    expect(keyOrderDisagrees).toContain(true);
+  });
+
   it("a message in its second turn: the payment its committed first turn made is listed with the one its second turn is making", async () => {
     const w = twoWorkers((n) => (n === 1 ? [...pay(0, "toolu_1", "bob", "rent"), { t: "end" }] : n === 2 ? [...pay(0, "toolu_2", "carol", "lunch"), { t: "end" }] : [{ t: "end" }]));
     const sent = w.a.runner.send("conv-busy-turns", { id: "m1", content: CONTENT });
