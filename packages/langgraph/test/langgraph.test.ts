@@ -11,7 +11,7 @@ import { assertStopReason, commitAssistantMessage, createOnceToolsNode, onceRetr
  * graph committed (the checkpoint's messages).
  */
 
-type Fate = "ok" | "lose-response" | "refuse";
+type Fate = "ok" | "lose-response" | "refuse" | "unavailable";
 
 /** A payments API that deduplicates by Idempotency-Key (`made`), and a wire API that cannot (`wires`). */
 function payments(fate: (reference: string, attempt: number) => Fate = () => "ok") {
@@ -27,6 +27,8 @@ function payments(fate: (reference: string, attempt: number) => Fate = () => "ok
       attempts.set(args.reference, attempt);
       const what = fate(args.reference, attempt);
       if (what === "refuse") throw new ToolError("payments API 400: payee unknown", { disposition: "definite" });
+      // Refused before the request was accepted: nothing paid, a re-run may succeed.
+      if (what === "unavailable") throw new ToolError("payments API 503 before the request was accepted", { disposition: "not_performed" });
       if (!made.has(idempotencyKey)) made.set(idempotencyKey, { id: `pay_${made.size + 1}`, ...args });
       // Paid, and the response lost on the way back: the API has it under this key.
       if (what === "lose-response") throw new ToolError("payments API unreachable after the request was sent", { disposition: "unknown" });
@@ -123,6 +125,18 @@ describe("@dispatch-once/langgraph: the tools node, the turn counter and the sto
     expect(committedPayments(state.messages)).toEqual(["pay_1"]);
     // The model never read an error: it was not asked to try again under the next turn's key.
     expect(state.messages.filter((m) => ToolMessage.isInstance(m) && m.status === "error")).toEqual([]);
+    expect(state.onceTurns).toBe(2);
+  });
+
+  it("LANGGRAPH-5 a call not performed (a 503 before the request was accepted: claim_released, effect no) is re-run by the retry policy under the same key, never told to the model", async () => {
+    // Told to the model, it would ask again under the next turn's key, beside an earlier holder paused
+    // before its claim that may still pay under this one (TURN-15); the retry keeps the one key (blind round R, R08).
+    const { graph, api, model } = agentGraph({ fate: (_r, attempt) => (attempt === 1 ? "unavailable" : "ok"), retrying: true });
+    const state = await graph.invoke(ask("pay bob 2100 R5n"), config("t-5n"));
+    expect([...api.made.values()].map((p) => p.reference)).toEqual(["R5n"]);
+    expect(committedPayments(state.messages)).toEqual(["pay_1"]);
+    expect(state.messages.filter((m) => ToolMessage.isInstance(m) && m.status === "error")).toEqual([]);
+    expect(model.state.calls).toBe(2); // the ask and the answer: the model never asked again
     expect(state.onceTurns).toBe(2);
   });
 
