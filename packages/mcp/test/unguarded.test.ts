@@ -22,6 +22,13 @@ async function unguarded(failure: unknown) {
     await client.close();
   }
 }
+/** A ToolError as another copy of core makes it: branded, with whatever code it was given (ERR-6). */
+function fromAnotherCopy(message: string, disposition: string, code: string): Error {
+  const error = new Error(message);
+  error.name = "ToolError";
+  Object.defineProperty(error, Symbol.for("dispatch-once.tool-error"), { value: true });
+  return Object.assign(error, { disposition, code, details: undefined });
+}
 const meta = (r: CallToolResult) => r._meta?.[ERROR_META] as GuardErrorMeta | undefined;
 const text = (r: CallToolResult) => r.content.map((c) => (c.type === "text" ? c.text : "")).join("");
 
@@ -32,6 +39,9 @@ describe("MCP-4: an unguarded run's failure says what it means for the effect", 
     ["an unclassified error", "possibly", new Error("socket hang up")],
     ["a definite refusal", "no", new ToolError("payment refused (400)", { disposition: "definite" })],
     ["a not-performed failure", "no", new ToolError("payments API down", { disposition: "not_performed" })],
+    // ERR-6: a ToolError of another copy of core (an older version that did not refuse the code) declared
+    // definite under result_not_storable names no disposition: never "did not happen" (blind round R, R35).
+    ["a definite failure under a code Dispatch-Once reads back, from another copy", "possibly", fromAnotherCopy("card declined", "definite", "result_not_storable")],
   ])("%s: unguarded_call_failed, effect %s, never re-send (it would run again unguarded)", async (_label, effect, failure) => {
     const result = await unguarded(failure);
     expect(result.isError).toBe(true);
