@@ -304,6 +304,29 @@ describe("withThread", () => {
     expect(await rowsOf(t)).toEqual(["other"]);
   });
 
+  it("THREAD-5: withThread settles only once the lock's session has ended, so the thread's next send finds it free", async () => {
+    const t = thread();
+    let ended = false;
+    const l = locks({
+      connectionString: undefined,
+      client: () => {
+        const c = new pg.Client({ connectionString: DATABASE_URL, application_name: APP });
+        const end = c.end.bind(c) as () => Promise<void>;
+        // Told when the session's end (the lock's release) has completed, not when it was asked for.
+        (c as unknown as { end: () => Promise<void> }).end = async () => {
+          await end();
+          ended = true;
+        };
+        return c;
+      },
+    });
+    expect(await l.withThread(t, async () => "done")).toBe("done");
+    // Settled before the session ended, the send would return holding the lock: its own thread's
+    // next send (waitMs 0, a queue's next job) would be told busy by it (blind round R, R22).
+    expect(ended).toBe(true);
+    expect(await locks({ waitMs: 0 }).withThread(t, async () => "next")).toBe("next");
+  });
+
   it("THREAD-5: work that throws releases the thread, its error passes through unchanged, and no session is left", async () => {
     const l = locks();
     const t = thread();
