@@ -177,6 +177,14 @@ const CHAINS = {
   ],
   // Round Q: the runner's busy wait (TURN-10) behind a queue: its own tests, then the stream sides'.
   "runner-busy": [pkgTests("runner", true), pkgTests("anthropic"), pkgTests("openai")],
+  // Round R: the LangGraph.js profile (LANGGRAPH-1..7) and the PostgreSQL thread lock (THREAD-1..6):
+  // their own tests, source-loaded (no workspace package depends on either; the trials and
+  // tests/pack-install install them from packed tarballs, too slow for a sweep).
+  langgraph: [pkgTests("langgraph", true)],
+  "thread-lock": [pkgTests("thread-lock-postgres", true)],
+  // Round R: ERR-6's reserved codes in core: its own tests, then the wrappers that declare a tool's
+  // failure (the anthropic package's declaredToolError) and read one (the MCP server's unguarded path).
+  "core-err6": [pkgTests("core", true), pkgTests("anthropic"), pkgTests("mcp")],
   "kit-tabs": [kit("AI SDK tabs planted (AISDK-17), mutated", ["test/e2e-ai-sdk-tabs-planted.test.ts"], true), { ...e2eAiSdk, name: `${e2eAiSdk.name}, mutated`, own: true }],
 };
 
