@@ -193,7 +193,7 @@ export interface OnceToolsStop {
   readonly answered: readonly ToolMessage[];
   /** The call whose error stopped the run. */
   readonly stoppedAt: { readonly callId: string; readonly toolName: string };
-  /** The message's calls after it: not dispatched by this run. */
+  /** The message's calls after it, and those whose arguments did not parse (`invalid_tool_calls`): not dispatched by this run. */
   readonly notRun: readonly { readonly callId: string; readonly toolName: string }[];
 }
 
@@ -297,7 +297,8 @@ export function createOnceToolsNode(options: OnceToolsNodeOptions): (state: Once
           throw withStop(error, {
             answered: [...messages],
             stoppedAt: { callId, toolName: call.name },
-            notRun: calls.slice(i + 1).map((c) => ({ callId: c.id ?? "", toolName: c.name })),
+            // The calls after it, and those whose arguments did not parse (answered only after the loop).
+            notRun: [...calls.slice(i + 1).map((c) => ({ callId: c.id ?? "", toolName: c.name })), ...(last.invalid_tool_calls ?? []).map((c) => ({ callId: c.id ?? "", toolName: c.name ?? "" }))],
           });
         }
         messages.push(refusedMessage(callId, call.name, error));

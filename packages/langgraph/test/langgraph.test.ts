@@ -375,6 +375,21 @@ describe("@dispatch-once/langgraph: the tools node, the turn counter and the sto
     expect((committed.values as S).messages.filter((m) => ToolMessage.isInstance(m))).toEqual([]);
   });
 
+  it("LANGGRAPH-6 a call of the message whose arguments did not parse (invalid_tool_calls) is in the stop's notRun: every call of the message is accounted for", async () => {
+    const api = payments();
+    const node = createOnceToolsNode({ dispatcher: new Dispatcher({ tools: api.tools, ledger: durableLedger(), logger: { warn: () => {} } }) });
+    const message = new AIMessage({
+      content: "",
+      tool_calls: [{ id: "toolu_w", name: "send_wire", args: { payee: "carol", amount: 900 } }],
+      invalid_tool_calls: [{ id: "toolu_bad", name: "send_payment", args: '{"payee": "zoe",', error: "Unexpected end of JSON input", type: "invalid_tool_call" }],
+      additional_kwargs: { stop_reason: "tool_use" },
+    });
+    const error = await node({ messages: [message], onceTurns: 1 }, config("t-6i")).then(() => undefined, (e: unknown) => e);
+    expect(error).toMatchObject({ code: "outcome_unknown" });
+    expect(api.made.size).toBe(0);
+    expect(onceToolsStopOf(error)).toMatchObject({ answered: [], stoppedAt: { callId: "toolu_w", toolName: "send_wire" }, notRun: [{ callId: "toolu_bad", toolName: "send_payment" }] });
+  });
+
   it("LANGGRAPH-7 a call whose arguments are not JSON (LangChain's invalid_tool_calls) is answered with an error ToolMessage (invalid_arguments_json) and never dispatched; the message's other call pays once", async () => {
     const api = payments();
     const node = createOnceToolsNode({ dispatcher: new Dispatcher({ tools: api.tools, ledger: durableLedger(), logger: { warn: () => {} } }) });
