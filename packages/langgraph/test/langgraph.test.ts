@@ -90,6 +90,12 @@ function durableLedger(): MemoryLedger {
   return Object.assign(Object.create(ledger) as MemoryLedger, { capabilities: { ...ledger.capabilities, durability: "durable" as const } });
 }
 
+/** An assistant message with these calls, ended with a stop reason (as commitAssistantMessage lets through). */
+const callsMessage = (tool_calls: { id: string; name: string; args: Record<string, unknown> }[]) => new AIMessage({ content: "", tool_calls, additional_kwargs: { stop_reason: "tool_use" } });
+
+/** The tools node alone over the payments API's tools (the graph's node, run by a test directly). */
+const toolsNodeOf = (api: ReturnType<typeof payments>, ledger: MemoryLedger = durableLedger()) => createOnceToolsNode({ dispatcher: new Dispatcher({ tools: api.tools, ledger, logger: { warn: () => {} } }) });
+
 const State = Annotation.Root({ ...MessagesAnnotation.spec, onceTurns });
 type S = typeof State.State;
 
@@ -171,7 +177,7 @@ describe("@dispatch-once/langgraph: the tools node, the turn counter and the sto
 
   it("LANGGRAPH-2 a state without the onceTurns counter (the channel left out, or an agent node that never wrote it) is refused with invalid_argument before anything is dispatched", async () => {
     const api = payments();
-    const node = createOnceToolsNode({ dispatcher: new Dispatcher({ tools: api.tools, ledger: durableLedger(), logger: { warn: () => {} } }) });
+    const node = toolsNodeOf(api);
     const message = new AIMessage({ content: "", tool_calls: [{ id: "toolu_1", name: "send_payment", args: { payee: "bob", amount: 5, reference: "R0" } }], additional_kwargs: { stop_reason: "tool_use" } });
     for (const onceTurns of [undefined, 0]) {
       await expect(node({ messages: [message], onceTurns } as never, config("t-2n"))).rejects.toMatchObject({ code: "invalid_argument", field: "state.onceTurns" });
@@ -285,16 +291,12 @@ describe("@dispatch-once/langgraph: the tools node, the turn counter and the sto
   it("LANGGRAPH-6 the stop carries what the run established of the message's other calls: the payment made before it (happened, under its key), the call that stopped it, the calls not run after it; the re-run after the person answers them alike", async () => {
     const api = payments();
     const ledger = durableLedger();
-    const node = createOnceToolsNode({ dispatcher: new Dispatcher({ tools: api.tools, ledger, logger: { warn: () => {} } }) });
-    const message = new AIMessage({
-      content: "",
-      tool_calls: [
+    const node = toolsNodeOf(api, ledger);
+    const message = callsMessage([
         { id: "toolu_pay", name: "send_payment", args: { payee: "bob", amount: 5, reference: "R6s" } },
         { id: "toolu_wire", name: "send_wire", args: { payee: "carol", amount: 900 } },
         { id: "toolu_pay2", name: "send_payment", args: { payee: "dave", amount: 7, reference: "R6t" } },
-      ],
-      additional_kwargs: { stop_reason: "tool_use" },
-    });
+    ]);
     const stops: unknown[] = [];
     for (let run = 0; run < 2; run++) {
       stops.push(await node({ messages: [message], onceTurns: 1 }, config("t-6s")).then(() => undefined, (e: unknown) => e));
@@ -323,15 +325,11 @@ describe("@dispatch-once/langgraph: the tools node, the turn counter and the sto
 
   it("LANGGRAPH-6 the stop's answers include a call refused before it (its error ToolMessage), and another copy of the package reads the stop", async () => {
     const api = payments((reference) => (reference === "R6r" ? "refuse" : "ok"));
-    const node = createOnceToolsNode({ dispatcher: new Dispatcher({ tools: api.tools, ledger: durableLedger(), logger: { warn: () => {} } }) });
-    const message = new AIMessage({
-      content: "",
-      tool_calls: [
+    const node = toolsNodeOf(api);
+    const message = callsMessage([
         { id: "toolu_refused", name: "send_payment", args: { payee: "nobody", amount: 5, reference: "R6r" } },
         { id: "toolu_wire", name: "send_wire", args: { payee: "carol", amount: 900 } },
-      ],
-      additional_kwargs: { stop_reason: "tool_use" },
-    });
+    ]);
     const error = await node({ messages: [message], onceTurns: 1 }, config("t-6r")).then(() => undefined, (e: unknown) => e);
     expect(error).toMatchObject({ code: "outcome_unknown" });
     expect(api.made.size).toBe(0);
@@ -351,15 +349,11 @@ describe("@dispatch-once/langgraph: the tools node, the turn counter and the sto
 
   it("LANGGRAPH-6 the stop reaches the app through graph.invoke on real LangGraph, with nothing committed", async () => {
     const api = payments();
-    const node = createOnceToolsNode({ dispatcher: new Dispatcher({ tools: api.tools, ledger: durableLedger(), logger: { warn: () => {} } }) });
-    const message = new AIMessage({
-      content: "",
-      tool_calls: [
+    const node = toolsNodeOf(api);
+    const message = callsMessage([
         { id: "toolu_a", name: "send_payment", args: { payee: "bob", amount: 5, reference: "R6g" } },
         { id: "toolu_b", name: "send_wire", args: { payee: "carol", amount: 900 } },
-      ],
-      additional_kwargs: { stop_reason: "tool_use" },
-    });
+    ]);
     const g = new StateGraph(State)
       .addNode("agent", async (state: S) => commitAssistantMessage(state, message))
       .addNode("tools", node, { retryPolicy: { maxAttempts: 3, initialInterval: 1, jitter: false, logWarning: false, retryOn: onceRetryOn } })
@@ -377,7 +371,7 @@ describe("@dispatch-once/langgraph: the tools node, the turn counter and the sto
 
   it("LANGGRAPH-6 a call of the message whose arguments did not parse (invalid_tool_calls) is in the stop's notRun: every call of the message is accounted for", async () => {
     const api = payments();
-    const node = createOnceToolsNode({ dispatcher: new Dispatcher({ tools: api.tools, ledger: durableLedger(), logger: { warn: () => {} } }) });
+    const node = toolsNodeOf(api);
     const message = new AIMessage({
       content: "",
       tool_calls: [{ id: "toolu_w", name: "send_wire", args: { payee: "carol", amount: 900 } }],
@@ -392,7 +386,7 @@ describe("@dispatch-once/langgraph: the tools node, the turn counter and the sto
 
   it("LANGGRAPH-7 a call whose arguments are not JSON (LangChain's invalid_tool_calls) is answered with an error ToolMessage (invalid_arguments_json) and never dispatched; the message's other call pays once", async () => {
     const api = payments();
-    const node = createOnceToolsNode({ dispatcher: new Dispatcher({ tools: api.tools, ledger: durableLedger(), logger: { warn: () => {} } }) });
+    const node = toolsNodeOf(api);
     const message = new AIMessage({
       content: "",
       tool_calls: [{ id: "toolu_ok", name: "send_payment", args: { payee: "bob", amount: 5, reference: "R7j" } }],
