@@ -126,6 +126,9 @@ class SpliceWatch {
   repeatedCall(part: Part): string | undefined {
     const call = part as { type: string; toolCallId?: unknown; toolName?: unknown; input?: unknown };
     if (call.type !== "tool-call" || typeof call.toolCallId !== "string" || call.toolCallId === "") return undefined;
+    // Not on a Chat Completions body: compatible servers there repeat ids, and a model asking twice
+    // for the same thing under one would fail every attempt (STREAM-10 leaves it to the side).
+    if (this.chat) return undefined;
     const input = typeof call.input === "string" ? call.input : JSON.stringify(call.input);
     const seen = `${call.toolCallId}\u0000${String(call.toolName)}\u0000${input}`;
     if (this.toolCalls.has(seen)) return `a tool-call part (${call.toolCallId}, ${String(call.toolName)}) repeats an earlier call of ${this.responseId ?? "this response"} whole, its input too: the call delivered again at another position`;

@@ -45,6 +45,11 @@ describe("spliceGuard's signs of a second response (AISDK-16)", () => {
     ]);
     expect(r.error).toBeUndefined();
     expect(r.seen.filter((p) => p.type === "tool-call")).toHaveLength(3);
+    // On a Chat Completions body even a whole repeat passes: servers there repeat ids (STREAM-10's MAY).
+    const repeat = { type: "tool-call", toolCallId: "call_0", toolName: "pay", input: '{"to":"acme"}' };
+    const chat = await guarded([{ id: "c1", choices: [{ index: 0, delta: {}, finish_reason: "tool_calls" }] }], [repeat, repeat, { type: "finish" }]);
+    expect(chat.error).toBeUndefined();
+    expect(chat.seen.filter((p) => p.type === "tool-call")).toHaveLength(2);
   });
 
   it("a clean Responses stream passes whole; the raw parts it asked for are not the app's", async () => {
