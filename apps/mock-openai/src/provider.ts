@@ -6,7 +6,7 @@ import { jsonBody } from "@dispatch-once/mock-http";
 import { z } from "zod";
 import { MockOpenAIError } from "./errors.js";
 import { sha256Hex, stableStringify } from "./random.js";
-import { CHAT_DIALECTS, CHAT_DONE, groupChatCalls, renderChatCompletion, renderResponse, resolvePosition, type RenderedResponse } from "./render.js";
+import { CHAT_DIALECTS, CHAT_DONE, groupChatCalls, renderChatCompletion, renderResponse, repeatCall, resolvePosition, type RenderedResponse } from "./render.js";
 import { forcedByToolChoice, text } from "./script.js";
 import type { Api, ChatDialect, CutKind, Fault, FaultPlan, RequestRecord, ResponsesRequest, Script, SentEvent, Timing } from "./types.js";
 
@@ -103,6 +103,7 @@ const faultSchema = z.union([
   z.object({ kind: z.literal("incomplete_event"), at: positionSchema, reason: z.string().min(1).optional(), timing: timingSchema.optional() }).strict(),
   z.object({ kind: z.literal("status"), status: z.number().int().min(400).max(599), shouldRetry: z.boolean().optional() }).strict(),
   z.object({ kind: z.literal("splice"), at: positionSchema, responseCreated: z.boolean(), lead: z.string().min(1).optional(), timing: timingSchema.optional() }).strict(),
+  z.object({ kind: z.literal("repeat_call"), call: z.number().int().min(0), timing: timingSchema.optional() }).strict(),
 ]);
 
 /** Parse a fault from untrusted input (control endpoint, `x-mock-fault` header). */
@@ -460,7 +461,7 @@ export async function startMockOpenAI(options: MockOpenAIOptions): Promise<MockO
         rendered = renderResponse(scripted, { seed, bodyHash, attempt, salt: String(generation), model: parsed.data.model, encryptedContent });
         remember(rendered.response);
       }
-      if (fault !== undefined && stream) cutAt = resolvePosition(fault.at, rendered.events);
+      if (fault !== undefined && "at" in fault && stream) cutAt = resolvePosition(fault.at, rendered.events);
       if (dialect === "vllm") {
         // Whole calls side by side, but a fault's position keeps a chunk boundary of its own.
         const grouped = groupChatCalls(rendered.events, cutAt);
@@ -482,6 +483,13 @@ export async function startMockOpenAI(options: MockOpenAIOptions): Promise<MockO
         // The spliced events are in the body now: it plays to the end, no cut.
         record.faultFired = true;
         cutAt = undefined;
+      }
+      if (fault?.kind === "repeat_call") {
+        if (chat) throw new MockOpenAIError("fault_not_applicable", "fault repeat_call applies to Responses API streams only");
+        if (!stream) throw new MockOpenAIError("fault_not_applicable", "fault repeat_call applies to streaming requests only");
+        rendered = { ...rendered, events: repeatCall(rendered.events, fault.call) };
+        // The repeated events are in the body now: it plays to the end.
+        record.faultFired = true;
       }
     } catch (error) {
       return fail(500, "script_error", `${(error as { code?: string }).code ?? "script_error"}: ${(error as Error).message}`, "server_error");
@@ -585,7 +593,7 @@ export async function startMockOpenAI(options: MockOpenAIOptions): Promise<MockO
         record.outcome = "client_closed";
         return;
       }
-      if (fault !== undefined && fault.kind !== "splice" && i === cutAt) {
+      if (fault !== undefined && fault.kind !== "splice" && fault.kind !== "repeat_call" && i === cutAt) {
         if (fault.kind !== "hold") return cut(fault.kind, i, fault.kind === "error_event" || fault.kind === "failed_event" || fault.kind === "incomplete_event" ? fault : {});
         record.faultFired = true;
         const action = await holdHere(i);

@@ -373,3 +373,22 @@ export function groupChatCalls(events: readonly PlannedEvent[], keep: number | u
   });
   return { events: out, keep: mapped };
 }
+
+/**
+ * The `repeat_call` fault's body: the events of function call number `call`, unchanged but for
+ * their `output_index` (the next free one, past the response's last item), inserted before the
+ * response's `response.completed`, and every event's `sequence_number` renumbered in order, as a
+ * relay that renumbers what it re-sends delivers the call again.
+ */
+export function repeatCall(events: readonly PlannedEvent[], call: number): PlannedEvent[] {
+  const own = events.filter((e) => e.call === call);
+  if (!own.some((e) => e.type === "response.output_item.done")) {
+    throw new MockOpenAIError("fault_not_applicable", `fault repeat_call: the response has no completed function call number ${call}`);
+  }
+  const index = Math.max(...events.map((e) => (typeof e.data.output_index === "number" ? e.data.output_index : -1))) + 1;
+  // Unmarked as the call's (`call`, `fragment`, `finalizes`): a position names the call's first delivery.
+  const again = own.map(({ type, data }): PlannedEvent => ({ type, data: { ...data, output_index: index } }));
+  const end = events.findIndex((e) => e.finish === true);
+  const at = end === -1 ? events.length : end;
+  return [...events.slice(0, at), ...again, ...events.slice(at)].map((e, i) => ({ ...e, data: { ...e.data, sequence_number: i } }));
+}

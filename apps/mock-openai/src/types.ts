@@ -76,7 +76,7 @@ export type FaultPosition =
  * `incomplete_event` sends the `finish_reason` `length` (`reason` `content_filter` sends that one),
  * then `[DONE]`; `{ afterCallDone: n }` is right after the chunk that makes call n final (the next
  * index's first fragment, or `finish_reason`), `{ beforeCompleted: true }` the `finish_reason`
- * chunk. `splice` is refused there.
+ * chunk. `splice` and `repeat_call` are refused there.
  *
  * - `reset`: the socket is destroyed mid-body.
  * - `clean_close`: the body ends cleanly without `response.completed`.
@@ -105,7 +105,17 @@ export type Fault =
    * in it (a model that wrote a sentence before its call this time), so without `responseCreated` a
    * message lands on the position of this response's first item. Streaming requests only.
    */
-  | { kind: "splice"; at: FaultPosition; responseCreated: boolean; lead?: string; timing?: Partial<Timing> };
+  | { kind: "splice"; at: FaultPosition; responseCreated: boolean; lead?: string; timing?: Partial<Timing> }
+  /**
+   * A relay that renumbers what it re-sends delivers a completed call again: the events of function
+   * call number `call` (`output_item.added`, its argument deltas, `function_call_arguments.done`,
+   * `output_item.done`), unchanged but for their `output_index` (and the body's `sequence_number`s,
+   * renumbered), at the next free output index (after the response's last item), then the response
+   * finishes as rendered (STREAM-10: the one call delivered again at another position, its item id
+   * and call_id too, which a stream side must fail the stream at and never dispatch). Responses API
+   * streams only; a response without that call is `fault_not_applicable`.
+   */
+  | { kind: "repeat_call"; call: number; timing?: Partial<Timing> };
 
 /** How `cutNow()` ends a held stream: the positional fault kinds. */
 export type CutKind = "reset" | "clean_close" | "error_event" | "failed_event" | "incomplete_event";

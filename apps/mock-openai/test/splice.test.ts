@@ -72,6 +72,45 @@ describe("splice (a proxy that sent the request again splices the new response i
   });
 });
 
+describe("repeat_call (a relay that renumbers what it re-sends delivers a completed call again)", () => {
+  const two = scriptFromPlans({ "pay both": respond(call("send_payment", { payee: "acme", amount: 125000 }), call("send_payment", { payee: "bob", amount: 7 })) });
+
+  it("re-sends the call's items and deltas unchanged but for the output_index, at the next free one, then the response completes (STREAM-10's shape)", async () => {
+    mock = await startMockOpenAI({ script: two, seed: "repeat" });
+    mock.queueFault({ kind: "repeat_call", call: 0 });
+    const client = new OpenAI({ baseURL: mock.baseURL, apiKey: "k", maxRetries: 0 });
+    const stream = await client.responses.create({ model: "gpt-test", input: "pay both", stream: true });
+    const seen: any[] = [];
+    for await (const event of stream) seen.push(event);
+    expect(items(seen)).toEqual([
+      [0, "function_call"],
+      [1, "function_call"],
+      [2, "function_call"],
+    ]);
+    // The first call again, whole: its item id, call_id, name and every argument fragment.
+    const at = (index: number) => seen.filter((e) => e.output_index === index).map(({ output_index: _, sequence_number: __, ...rest }) => rest);
+    expect(at(2)).toEqual(at(0));
+    expect(at(2).map((e) => e.type)).toEqual(["response.output_item.added", ...at(0).slice(1, -2).map(() => "response.function_call_arguments.delta"), "response.function_call_arguments.done", "response.output_item.done"]);
+    expect(seen.at(-1).type).toBe("response.completed");
+    expect(seen.map((e) => e.sequence_number)).toEqual(seen.map((_, i) => i));
+    const record = mock.requests[0]!;
+    expect(record).toMatchObject({ outcome: "complete", faultFired: true, fault: { kind: "repeat_call", call: 0 } });
+    // The log keeps the response's calls as rendered: the repeat is one of them delivered again.
+    expect(record.calls?.map((c) => c.callId)).toEqual(seen.filter((e) => e.type === "response.output_item.added").slice(0, 2).map((e) => e.item.call_id));
+  });
+
+  it("is refused for a call the response does not make, on a request that does not stream, and on Chat Completions (fault_not_applicable)", async () => {
+    mock = await startMockOpenAI({ script: two, seed: "repeat" });
+    const client = new OpenAI({ baseURL: mock.baseURL, apiKey: "k", maxRetries: 0 });
+    mock.queueFault({ kind: "repeat_call", call: 2 });
+    await expect(client.responses.create({ model: "gpt-test", input: "pay both", stream: true })).rejects.toThrow(/fault_not_applicable/);
+    mock.queueFault({ kind: "repeat_call", call: 0 });
+    await expect(client.responses.create({ model: "gpt-test", input: "pay both" })).rejects.toThrow(/fault_not_applicable/);
+    mock.queueFault({ kind: "repeat_call", call: 0 });
+    await expect(client.chat.completions.create({ model: "gpt-test", messages: [{ role: "user", content: "pay both" }], stream: true })).rejects.toThrow(/fault_not_applicable/);
+  });
+});
+
 describe("options", () => {
   it("faultPlan given to startMockOpenAI plans the faults (as the Anthropic mock's option does)", async () => {
     mock = await startMockOpenAI({ script, seed: "splice", faultPlan: (_request, info) => (info.attempt === 1 ? { kind: "splice", at: { afterCallDone: 0 }, responseCreated: true } : undefined) });

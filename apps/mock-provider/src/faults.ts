@@ -62,6 +62,7 @@ export const faultSchema = z.discriminatedUnion("kind", [
       timing: partialTiming.optional(),
     })
     .strict(),
+  z.object({ kind: z.literal("repeat_call"), call: z.number().int().min(0), timing: partialTiming.optional() }).strict(),
   z.object({ kind: z.literal("timing"), timing: partialTiming }).strict(),
 ]);
 
@@ -162,4 +163,22 @@ export function resolvePosition(position: FaultPosition, events: readonly Planne
       : events.findIndex((e) => e.type === "content_block_stop" && e.toolUse === position.afterToolUseStop);
   if (stop === -1) throw unreachable("the turn has no such content block");
   return stop + 1;
+}
+
+/**
+ * The `repeat_call` fault's body: the events of tool_use block number `call`, unchanged but for
+ * their content index (the next free one, past the response's last block), inserted before the
+ * response's `message_delta`, as a relay that renumbers what it re-sends delivers the call again.
+ */
+export function repeatToolUse(events: readonly PlannedEvent[], call: number): PlannedEvent[] {
+  const own = events.filter((e) => e.toolUse === call && e.type.startsWith("content_block_"));
+  if (!own.some((e) => e.type === "content_block_stop")) {
+    throw new MockProviderError("fault_not_applicable", `fault repeat_call: the turn has no completed tool_use block number ${call}`);
+  }
+  const index = Math.max(...events.map((e) => e.block ?? -1)) + 1;
+  // Unmarked as the call's (`toolUse`, `fragment`): a position names the call's first delivery.
+  const again = own.map(({ type, data }): PlannedEvent => ({ type, block: index, data: { ...data, index } }));
+  const end = events.findIndex((e) => e.type === "message_delta");
+  const at = end === -1 ? events.length : end;
+  return [...events.slice(0, at), ...again, ...events.slice(at)];
 }

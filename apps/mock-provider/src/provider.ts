@@ -7,7 +7,7 @@ import { MockProviderError } from "./errors.js";
 import { bedrockChunk, bedrockException, bedrockExceptionType } from "./eventstream.js";
 import { converseEventOf, converseFrame, converseWhole, messagesFromConverse } from "./converse.js";
 import { GeminiChunks, geminiError, geminiErrorCode, geminiSse, geminiWhole, messagesFromGemini } from "./gemini.js";
-import { errorForStatus, parseFault, parseFaultRule, parseTiming, resolvePosition } from "./faults.js";
+import { errorForStatus, parseFault, parseFaultRule, parseTiming, repeatToolUse, resolvePosition } from "./faults.js";
 import { redactedThinkingRequested, thinkingEnabled } from "./thinking.js";
 import { checkTurn, renderTurn, type PingMode, type PlannedEvent, type RenderedResponse } from "./render.js";
 import { Rng, canonicalBodyText, mintId, sha256Hex } from "./random.js";
@@ -1017,6 +1017,11 @@ class Provider implements MockProvider {
         record.splicedToolUses = spliced.toolUses.map(({ id, name, input, json, fragments }) => ({ id, name, input, json, fragments }));
         cutAt = undefined;
       }
+      if (fault?.kind === "repeat_call") {
+        // The Messages API's events, on its own route or a cloud platform's (not Converse's, not Gemini's).
+        if (!stream || route.api === "converse" || route.api === "gemini") throw new MockProviderError("fault_not_applicable", "fault repeat_call applies to Messages API streams only");
+        rendered = { ...rendered, events: repeatToolUse(rendered.events, fault.call) };
+      }
     } catch (e) {
       const message = e instanceof MockProviderError ? `${e.code}: ${e.message}` : e instanceof Error ? e.message : String(e);
       return reject(500, "api_error", `mock provider: ${message}`, "script_error", { "x-should-retry": "false" });
@@ -1032,8 +1037,8 @@ class Provider implements MockProvider {
     record.toolUses = rendered.toolUses.map(({ id, name, input, json, fragments }) => ({ id, name, input, json, fragments }));
 
     if (!stream) return this.respondWhole(req, res, record, rendered, fault, timing, route.api);
-    if (fault?.kind === "splice") {
-      // The spliced events are already in the rendered body: it plays to the end, no cut.
+    if (fault?.kind === "splice" || fault?.kind === "repeat_call") {
+      // The spliced or repeated events are already in the rendered body: it plays to the end, no cut.
       record.faultFired = true;
       return this.respondStream(req, res, record, rendered, undefined, undefined, timing, route.api);
     }

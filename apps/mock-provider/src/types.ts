@@ -141,6 +141,15 @@ export type Fault =
    * without `messageStart` a text block lands on the index of this response's first block.
    */
   | { kind: "splice"; at: FaultPosition; messageStart: boolean; lead?: string; timing?: Partial<Timing> }
+  /**
+   * A relay that renumbers what it re-sends delivers a completed call again: the events of
+   * tool_use block number `call` (its `content_block_start`, input deltas and `content_block_stop`),
+   * unchanged but for their `index`, at the next free content index (after the response's last
+   * block), then the response finishes as rendered (STREAM-10: the one call delivered again at
+   * another position, which a stream side must fail the stream at and never dispatch). Messages API
+   * streams only; a turn without that call is `fault_not_applicable`.
+   */
+  | { kind: "repeat_call"; call: number; timing?: Partial<Timing> }
   /** No fault, only different delays for this response. */
   | { kind: "timing"; timing: Partial<Timing> };
 

@@ -409,3 +409,46 @@ describe("splice (a proxy that sent the request again splices the new response i
     }
   });
 });
+
+describe("repeat_call (a relay that renumbers what it re-sends delivers a completed call again)", () => {
+  const two = scriptFromPlans({ "pay both": turn(toolUse("send_payment", payment), toolUse("send_payment", { ...payment, to: "bob" })) });
+
+  it("re-sends the call's start, deltas and stop unchanged but for the index, at the next free index, then the response finishes (STREAM-10's shape)", async () => {
+    const { provider, client } = await setup({ script: two });
+    provider.faults.enqueue({ kind: "repeat_call", call: 0 });
+    const stream = await client.messages.create({ ...body("pay both"), max_tokens: 2048, thinking: { type: "enabled", budget_tokens: 1024 }, stream: true });
+    const seen: any[] = [];
+    for await (const event of stream) seen.push(event);
+    const blocks = seen.filter((e) => e.type === "content_block_start");
+    expect(blocks.map((e) => [e.index, e.content_block.type])).toEqual([
+      [0, "thinking"],
+      [1, "tool_use"],
+      [2, "tool_use"],
+      [3, "tool_use"],
+    ]);
+    // The first call again, whole: its id, name and every input fragment, only its index new.
+    expect(blocks[3].content_block).toEqual(blocks[1].content_block);
+    const at = (index: number) => seen.filter((e) => (e.type === "content_block_delta" || e.type === "content_block_stop") && e.index === index).map(({ index: _, ...rest }) => rest);
+    expect(at(3)).toEqual(at(1));
+    expect(at(3).at(-1)).toEqual({ type: "content_block_stop" });
+    const types = seen.map((e) => e.type);
+    expect(types.slice(-2)).toEqual(["message_delta", "message_stop"]);
+    expect(types.lastIndexOf("content_block_stop")).toBeLessThan(types.indexOf("message_delta"));
+    const record = provider.requests[0]!;
+    expect(record).toMatchObject({ outcome: "complete", faultFired: true, fault: { kind: "repeat_call", call: 0 } });
+    // The log keeps the response's calls as rendered: the repeat is one of them delivered again.
+    expect(record.toolUses.map((c) => c.id)).toEqual([blocks[1].content_block.id, blocks[2].content_block.id]);
+  });
+
+  it("is refused for a call the turn does not make, and on a request that does not stream (fault_not_applicable)", async () => {
+    const { provider, client } = await setup({ script: two });
+    provider.faults.enqueue({ kind: "repeat_call", call: 2 });
+    provider.faults.enqueue({ kind: "repeat_call", call: 0 });
+    const missing = await rejection(client.messages.create({ ...body("pay both"), stream: true }));
+    const whole = await rejection(client.messages.create(body("pay both")));
+    for (const error of [missing, whole]) {
+      expect(error).toBeInstanceOf(APIError);
+      expect(String(error.message)).toContain("fault_not_applicable");
+    }
+  });
+});
