@@ -634,11 +634,13 @@ export async function checkOracle(ctx: CaseContext, effects: Effect[], transcrip
       const shapes = new Set(asked.flatMap((r) => (r.spliced === undefined ? [] : [r.spliced])));
       // The rule whose check the splice needed: STREAM-8 for a second start, STREAM-17 for a
       // sentence on a call's position, STREAM-10 for items that land on held ones of their type.
-      const rule = shapes.has("restart") ? "STREAM-8" : shapes.has("headless") ? "STREAM-17" : shapes.has("headless_bare") ? "STREAM-10" : "STREAM-8";
+      // STREAM-10 too for a call a relay delivered again whole at another position (SplicePlan `repeat`).
+      const repeated = asked.some((r) => r.repeatedCall !== undefined);
+      const rule = shapes.has("restart") ? "STREAM-8" : shapes.has("headless") ? "STREAM-17" : shapes.has("headless_bare") || repeated ? "STREAM-10" : "STREAM-8";
       add(
         rule,
         `${c.id}: turn ${t.turnIndex} (message ${JSON.stringify(t.messageId)}) committed the calls [${mixed.committed}], which are no one response's: ` +
-          `the model's responses to its words made ${mixed.responses.map((r, i) => `[${r}]${asked[i]!.spliced !== undefined ? ` (spliced into another's body, ${asked[i]!.spliced === "restart" ? "with its own start" : asked[i]!.spliced === "headless" ? "without its start" : "without its start or a lead"})` : ""}`).join(", ")}`,
+          `the model's responses to its words made ${mixed.responses.map((r, i) => `[${r}]${asked[i]!.spliced !== undefined ? ` (spliced into another's body, ${asked[i]!.spliced === "restart" ? "with its own start" : asked[i]!.spliced === "headless" ? "without its start" : "without its start or a lead"})` : ""}${asked[i]!.repeatedCall !== undefined ? ` (its call ${asked[i]!.repeatedCall} delivered again whole by a relay, at another position)` : ""}`).join(", ")}`,
       );
     }
   }

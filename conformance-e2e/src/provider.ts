@@ -95,6 +95,8 @@ export interface ModelResponse {
   callIds: string[];
   /** Set on a response a proxy spliced into another's body (its shape), not the body's own. */
   spliced?: SplicePlan["shape"];
+  /** Set on a body's own response one of whose calls (this number) a relay delivered again whole, at the next free position (SplicePlan `repeat`). */
+  repeatedCall?: number;
   /**
    * The reasoning the response's stream delivered whole (its thinking blocks, stopped; its reasoning
    * items, done), with their positions: what a turn committing this response must keep, as
@@ -478,6 +480,7 @@ async function anthropicSide(options: AnthropicSideOptions = {}): Promise<Provid
           const user = text ?? "";
           const splice = splicing.mark(request, text, step, info.attempt, rerun ?? plans.get(user)?.[step] ?? [], reruns?.get(user)?.[step] ?? plans.get(user)?.[step] ?? []);
           if (splice === undefined) return undefined;
+          if (splice.plan.shape === "repeat") return { kind: "repeat_call", call: splice.afterCall };
           const at: AnthropicPosition = { afterToolUseStop: splice.afterCall };
           if (splice.plan.shape === "restart") return { kind: "splice", at, messageStart: true };
           return splice.plan.shape === "headless" ? { kind: "splice", at, messageStart: false, lead: SPLICE_LEAD } : { kind: "splice", at, messageStart: false };
@@ -502,6 +505,7 @@ async function anthropicSide(options: AnthropicSideOptions = {}): Promise<Provid
           request,
           ...(cut.length > 0 ? { reasoningCut: cut } : {}),
           ...(cutInReasoning ? { cutInReasoning } : {}),
+          ...(r.fault?.kind === "repeat_call" ? { repeatedCall: r.fault.call } : {}),
         };
         if (r.splicedToolUses === undefined || r.fault?.kind !== "splice") return [own];
         const calls = r.splicedToolUses.map((c) => ({ name: c.name, input: c.input }));
@@ -666,6 +670,7 @@ function programOpenAIMock(
       const user = text ?? "";
       const splice = splicing.mark(request, text, step, info.attempt, rerun ?? plans.get(user)?.[step] ?? [], reruns?.get(user)?.[step] ?? plans.get(user)?.[step] ?? []);
       if (splice === undefined) return undefined;
+      if (splice.plan.shape === "repeat") return { kind: "repeat_call", call: splice.afterCall };
       const at: OpenAIPosition = { afterCallDone: splice.afterCall };
       if (splice.plan.shape === "restart") return { kind: "splice", at, responseCreated: true };
       return splice.plan.shape === "headless" ? { kind: "splice", at, responseCreated: false, lead: SPLICE_LEAD } : { kind: "splice", at, responseCreated: false };
@@ -707,7 +712,15 @@ async function openAISide(): Promise<ProviderSide> {
         const request = { number: r.requestNumber, attempt: r.attempt };
         const announced = r.events.some((e) => e.type === "response.output_item.added" && (e.data.item as Obj | undefined)?.type === "reasoning");
         const cutInReasoning = r.fault !== undefined && r.fault.kind !== "splice" && r.faultFired && announced && reasoning.length === 0;
-        const own = { text, calls: (r.calls ?? []).map((c) => ({ name: c.name, input: c.arguments })), callIds: (r.calls ?? []).map((c) => c.callId), reasoning: reasoning.slice(0, 1), request, ...(cutInReasoning ? { cutInReasoning } : {}) };
+        const own = {
+          text,
+          calls: (r.calls ?? []).map((c) => ({ name: c.name, input: c.arguments })),
+          callIds: (r.calls ?? []).map((c) => c.callId),
+          reasoning: reasoning.slice(0, 1),
+          request,
+          ...(cutInReasoning ? { cutInReasoning } : {}),
+          ...(r.fault?.kind === "repeat_call" ? { repeatedCall: r.fault.call } : {}),
+        };
         if (r.splicedCalls === undefined || r.fault?.kind !== "splice") {
           const messages = r.events
             .filter((e) => e.type === "response.output_item.done" && (e.data.item as Obj | undefined)?.type === "message")

@@ -80,11 +80,20 @@ export type ReplayRoute = "automatic_retry" | "client_resend" | "queue_redeliver
  * request of attempt `attempt` when no cut is planned for that attempt (`splices` in
  * scenarioArbitrary, drawn after every other field; `bareSplices`, drawn after it, makes half of
  * the headless ones `headless_bare`). The splice itself is the mocks' `splice` fault.
+ *
+ * `repeat` is no second response: a relay that renumbers what it re-sends delivers call
+ * `afterCall` of the response (taken modulo its calls) again, whole (its id, name and arguments),
+ * at the next free position, after the response's last item, and the response then finishes
+ * (STREAM-10's whole repeat: the one call delivered again, which a stream side on the Messages API
+ * and the Responses API must fail the stream at and never dispatch). Taken in, it runs again under
+ * the next ordinal: one ask, two payments. Drawn last of all (`repeats` in scenarioArbitrary), into
+ * a first-turn request of a message no other splice falls on, `reorder` false. The mocks'
+ * `repeat_call` fault; not on Chat Completions, where STREAM-10 makes the check a MAY.
  */
 export interface SplicePlan {
   attempt: 1 | 2;
   afterCall: number;
-  shape: "restart" | "headless" | "headless_bare";
+  shape: "restart" | "headless" | "headless_bare" | "repeat";
   reorder: boolean;
 }
 
@@ -529,6 +538,38 @@ const spliceArbitrary: fc.Arbitrary<SplicePlan | undefined> = fc.oneof(
 );
 
 /**
+ * One message slot in eight: a relay's repeat of a completed call (SplicePlan `repeat`), mostly of
+ * the first call. Each costs one failed attempt and its retry, no lease.
+ */
+const repeatArbitrary: fc.Arbitrary<SplicePlan | undefined> = fc.oneof(
+  { weight: 7, arbitrary: fc.constant(undefined) },
+  {
+    weight: 1,
+    arbitrary: fc.record({
+      attempt: fc.constantFrom<SplicePlan["attempt"]>(1, 2),
+      afterCall: fc.oneof({ weight: 3, arbitrary: fc.constant(0) }, { weight: 1, arbitrary: fc.integer({ min: 1, max: 2 }) }),
+      shape: fc.constant<SplicePlan["shape"]>("repeat"),
+      reorder: fc.constant(false),
+    }),
+  },
+);
+
+/**
+ * A relay's repeat (SplicePlan `repeat`) into a first-turn request where it leaves every other
+ * draw as it was: only on a message no splice of its own falls on (withSplice's conditions too).
+ */
+function withRepeat(plan: MessagePlan, repeat: SplicePlan | undefined): MessagePlan {
+  return plan.splice === undefined ? withSplice(plan, repeat) : plan;
+}
+
+/** The scenario's message plan without a relay's repeat (SplicePlan `repeat`): as drawn before `repeats`. */
+export function withoutRepeat(plan: MessagePlan): MessagePlan {
+  if (plan.splice?.shape !== "repeat") return plan;
+  const { splice: _, ...rest } = plan;
+  return rest;
+}
+
+/**
  * A cut planned for the first response, fitted to a re-run's response with fewer calls (an
  * omission): a position past its calls falls on its last call, or before its end when it makes none.
  */
@@ -938,8 +979,11 @@ export function scenarioArbitrary(): fc.Arbitrary<Scenario> {
         ),
         { minLength: MAX_MESSAGES, maxLength: MAX_MESSAGES },
       ),
+      // After those, for the same reason: a relay's repeat of a completed call at the next free
+      // position (SplicePlan `repeat`, STREAM-10's whole repeat), on a message no splice falls on.
+      repeats: fc.array(repeatArbitrary, { minLength: MAX_MESSAGES, maxLength: MAX_MESSAGES }),
     })
-    .map(({ conversations, providerSeed, calm: quiet, divergences, releaseDeaths, releaseRerunDeaths, followUpDivergences, reuses, splices: drawnSplices, bareSplices, followUpSplices, reaskSplices, deferrals, deploys }) => {
+    .map(({ conversations, providerSeed, calm: quiet, divergences, releaseDeaths, releaseRerunDeaths, followUpDivergences, reuses, splices: drawnSplices, bareSplices, followUpSplices, reaskSplices, deferrals, deploys, repeats }) => {
       const splices = drawnSplices.map((s, i): SplicePlan | undefined => (s !== undefined && s.shape === "headless" && bareSplices[i] === true ? { ...s, shape: "headless_bare" } : s));
       let slot = 0;
       const diverging = conversations.map((c) => ({
@@ -954,6 +998,7 @@ export function scenarioArbitrary(): fc.Arbitrary<Scenario> {
           const reaskSplice = reaskSplices[slot];
           const deferral = deferrals[slot];
           const deploy = deploys[slot];
+          const repeat = repeats[slot];
           const drawn = followUpDivergences[slot++];
           // An omission falls on the follow-up call a worker dies on, when one does: the take-over's
           // re-run then leaves the dead worker's row unanswered (the case it exists for, RECORD-8).
@@ -975,9 +1020,9 @@ export function scenarioArbitrary(): fc.Arbitrary<Scenario> {
           // Only a divergence that changes the response is kept (a shrunk scenario shows no inert one).
           if (d !== undefined && divergedCalls(plan) === undefined) delete plan.rerunDivergence;
           const death = releaseDeath ? releaseDeathOf(plan) : undefined;
-          if (death !== undefined) return withDeploy(withDeferral(withReaskSplice(withFollowUpSplice(withSplice({ ...plan, death }, splice), loopSplice), reaskSplice), deferral), deploy);
+          if (death !== undefined) return withRepeat(withDeploy(withDeferral(withReaskSplice(withFollowUpSplice(withSplice({ ...plan, death }, splice), loopSplice), reaskSplice), deferral), deploy), repeat);
           const twice = rerunDeath !== undefined ? releaseRerunDeathOf(plan) : undefined;
-          return withDeploy(withDeferral(withReaskSplice(withFollowUpSplice(withSplice(twice === undefined ? plan : { ...plan, death: twice, releaseRerunDeath: rerunDeath }, splice), loopSplice), reaskSplice), deferral), deploy);
+          return withRepeat(withDeploy(withDeferral(withReaskSplice(withFollowUpSplice(withSplice(twice === undefined ? plan : { ...plan, death: twice, releaseRerunDeath: rerunDeath }, splice), loopSplice), reaskSplice), deferral), deploy), repeat);
         }),
       }));
       // A reused id only on a message sent alone (a group of two sends at once, TURN-9); a re-ask

@@ -875,6 +875,16 @@ export function programProvider(world: World, scenario: Scenario, account: strin
     splices,
     ({ text, step, attempt, plan, afterCall, calls }) => {
       if (ctx === undefined) return;
+      if (plan.shape === "repeat") {
+        // No second response: the body's own call, delivered again (STREAM-10's whole repeat).
+        ctx.diagnostics.relay_repeats = (ctx.diagnostics.relay_repeats ?? 0) + 1;
+        ctx.timeline.push({
+          at: Date.now() - ctx.started,
+          who: "relay",
+          what: `re-sends call ${afterCall} of request ${attempt} of ${JSON.stringify(text)} whole (its id, name and arguments) at the next free position, then lets the response finish (STREAM-10)`,
+        });
+        return;
+      }
       ctx.diagnostics.splices = (ctx.diagnostics.splices ?? 0) + 1;
       ctx.diagnostics[`splices_${plan.shape}`] = (ctx.diagnostics[`splices_${plan.shape}`] ?? 0) + 1;
       if (step > 0) ctx.diagnostics.follow_up_splices = (ctx.diagnostics.follow_up_splices ?? 0) + 1;

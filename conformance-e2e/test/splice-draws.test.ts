@@ -3,7 +3,7 @@ import fc from "fast-check";
 import { valueAtPath } from "@dispatch-once/conformance/ledger";
 import { describe, expect, it } from "vitest";
 import { aiSdkScenarioArbitrary, messagesOf, withoutCrossTurnRepeats, withoutTabs, type AiSdkScenario } from "../src/ai-sdk-scenario.js";
-import { scenarioArbitrary, withoutDeferral, withoutDeploy, type Scenario } from "../src/scenario.js";
+import { scenarioArbitrary, withoutDeferral, withoutDeploy, withoutRepeat, type Scenario } from "../src/scenario.js";
 
 /**
  * The splices are drawn after every other field of a scenario (`splices`, the record's last
@@ -72,12 +72,13 @@ const digest = (scenario: unknown) => createHash("sha256").update(JSON.stringify
 
 /**
  * `scenario` with each message plan as `project` makes it (a copy: the scenario is not changed).
- * The deferrals (`deferrals`, MessagePlan `deferred`) and the deploys drawn after them (`deploys`,
- * MessagePlan `deploy`), drawn after every other field, are taken out first (withoutDeferral,
- * withoutDeploy): none of the scenarios of before had one.
+ * The deferrals (`deferrals`, MessagePlan `deferred`), the deploys drawn after them (`deploys`,
+ * MessagePlan `deploy`) and the relays' repeats drawn after those (`repeats`, SplicePlan `repeat`
+ * as a message's `splice`), drawn after every other field, are taken out first (withoutDeferral,
+ * withoutDeploy, withoutRepeat): none of the scenarios of before had one.
  */
 function mapPlans(scenario: Scenario, project: (plan: MessagePlan) => MessagePlan): Scenario {
-  return { ...scenario, conversations: scenario.conversations.map((c) => ({ ...c, messages: c.messages.map((m) => project(withoutDeferral(withoutDeploy({ ...m })))) })) };
+  return { ...scenario, conversations: scenario.conversations.map((c) => ({ ...c, messages: c.messages.map((m) => project(withoutDeferral(withoutDeploy(withoutRepeat({ ...m }))))) })) };
 }
 
 /** Without the re-asks' splices: as the arbitrary of before them drew it. */
@@ -192,6 +193,29 @@ describe("deferred calls are drawn last: every earlier draw of a seed stays", ()
     }
     expect(deferred).toBeGreaterThan(0);
     expect([...kinds].sort()).toEqual(["other_payee", "reworded", "same", "twice"]);
+  });
+});
+
+describe("a relay's repeats are drawn last: every earlier draw of a seed stays", () => {
+  it("a repeat only falls on a first-turn request no splice of its own falls on (the hashes above take it out), and is drawn", () => {
+    let repeats = 0;
+    const again = new Set<number>();
+    for (const seed of Object.keys(BEFORE).map(Number)) {
+      for (const s of fc.sample(scenarioArbitrary(), { seed, numRuns: 30 })) {
+        for (const m of s.conversations.flatMap((c) => c.messages)) {
+          if (m.splice?.shape !== "repeat") continue;
+          repeats++;
+          again.add(m.splice.attempt);
+          // A relay's re-send of the response's own call: nothing reordered, a call to repeat.
+          expect(m.splice.reorder).toBe(false);
+          expect(m.calls.length).toBeGreaterThan(0);
+          expect(m.outage).toBeUndefined();
+          expect(withoutRepeat(m).splice).toBeUndefined();
+        }
+      }
+    }
+    expect(repeats).toBeGreaterThan(0);
+    expect([...again].sort()).toEqual([1, 2]);
   });
 });
 

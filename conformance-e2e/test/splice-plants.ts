@@ -22,6 +22,8 @@ type Forgetful = {
   announced?: Map<number, unknown>;
   stoppedBlocks?: Set<number>;
   itemNames?: Map<number, unknown>;
+  // STREAM-10's whole repeat: the earlier call a just-completed one repeats (CallPhases.repeatedCall).
+  repeatedCall?: (call: unknown) => unknown;
 };
 type SeenEvent = { type: string; index?: number; output_index?: number };
 
@@ -116,6 +118,18 @@ const forgetHeldItemName = (a: Forgetful, e: SeenEvent): void => {
   }
 };
 export const noHeldItemName = forgetting(forgetHeldItemName);
+
+/**
+ * STREAM-10's whole-repeat check out of both accumulators: a call that repeats an earlier call of
+ * its response whole (its id, name and arguments) at another position is taken for a call of its
+ * own (`repeatedCall` finds none), as a stream side that compares ids only at one position does.
+ * The shape that needs the check: a relay that renumbers what it re-sends delivering a completed
+ * call again at the next free position (SplicePlan `repeat`, the mocks' `repeat_call` fault).
+ */
+const forgetWholeRepeat = (a: Forgetful): void => {
+  a.repeatedCall = () => undefined;
+};
+export const noWholeRepeat = forgetting(forgetWholeRepeat);
 
 /**
  * A stream side that checks for splices in a message's first request only: on the requests after
