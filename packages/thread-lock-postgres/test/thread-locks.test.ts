@@ -72,19 +72,45 @@ describe("withThread", () => {
     const l = locks();
     const a = thread();
     const b = thread();
-    const spans: Record<string, [number, number]> = {};
-    const send = (threadId: string, name: string) =>
-      l.withThread(threadId, async () => {
-        const start = performance.now();
+    // Both threads at once is shown by a handshake, not by timing: thread a's first send and b1 each
+    // wait inside their work for the other to be inside its own. Each send opens a session of its
+    // own, and on a loaded host one opens hundreds of ms after another: spans of a fixed sleep need
+    // not overlap then. Were both threads one lock, b1 would wait out waitMs and be told busy.
+    let bIn!: () => void;
+    const bInside = new Promise<void>((r) => (bIn = r));
+    let aIn!: () => void;
+    const aInside = new Promise<void>((r) => (aIn = r));
+    const settled = (p: Promise<unknown>) => p.then(() => {}, () => {});
+    let inA = 0;
+    let mostInA = 0;
+    let firstOfA = true;
+    const order: string[] = [];
+    const sendA = (name: string) =>
+      l.withThread(a, async () => {
+        mostInA = Math.max(mostInA, ++inA);
+        order.push(`${name} in`);
+        if (firstOfA) {
+          firstOfA = false;
+          aIn();
+          await Promise.race([bInside, settled(b1)]);
+        }
+        // Long enough that a second send of thread a let in meanwhile would be inside with it.
         await sleep(300);
-        spans[name] = [start, performance.now()];
+        order.push(`${name} out`);
+        inA--;
       });
-    await Promise.all([send(a, "a1"), send(a, "a2"), send(b, "b1")]);
-    const [first, second] = spans.a1![0] < spans.a2![0] ? [spans.a1!, spans.a2!] : [spans.a2!, spans.a1!];
-    expect(second[0]).toBeGreaterThanOrEqual(first[1]);
-    // b1 overlaps whichever of thread a's sends ran first.
-    const b1 = spans.b1!;
-    expect(b1[0] < first[1] && first[0] < b1[1]).toBe(true);
+    const a1 = sendA("a1");
+    const a2 = sendA("a2");
+    const b1: Promise<void> = l.withThread(b, async () => {
+      bIn();
+      const sawA = await Promise.race([aInside.then(() => true), settled(a1).then(() => false), settled(a2).then(() => false)]);
+      if (sawA) order.push("b1 saw a inside");
+    });
+    await Promise.all([a1, a2, b1]);
+    // One of thread a's sends at a time: the second entered after the first left.
+    expect(mostInA).toBe(1);
+    expect(order.filter((e) => e.startsWith("a"))).toEqual(order.indexOf("a1 in") < order.indexOf("a2 in") ? ["a1 in", "a1 out", "a2 in", "a2 out"] : ["a2 in", "a2 out", "a1 in", "a1 out"]);
+    expect(order).toContain("b1 saw a inside");
     expect(await sessionsLeft()).toBe(0);
   });
 
