@@ -51,7 +51,7 @@ describe("provider anthropic: a case's workers reach the model over its platform
       await runEndToEnd(memory, { anthropicPlatform: platform, runs: 2, seed: 11, onStats: (stats) => (seen = stats) });
       const routes = Object.fromEntries(Object.entries(seen).filter(([k]) => k.startsWith("anthropic_")));
       expect(routes, "seed 11").toEqual({ [`anthropic_platform_${platform}`]: 2, [`anthropic_requests_${platform}`]: expect.any(Number) });
-      expect(seen[`anthropic_requests_${platform}`]).toBeGreaterThanOrEqual(seen.attempts!);
+      expect(seen[`anthropic_requests_${platform}`] ?? 0).toBeGreaterThanOrEqual(seen.attempts!);
     });
   }
 });

@@ -20,10 +20,10 @@ describe("provider anthropic without @anthropic-ai/bedrock-sdk installed", () =>
     let seen: Record<string, number> = {};
     // Seed 11's first 12 scenarios draw bedrock twice.
     await runEndToEnd(memory, { runs: 12, seed: 11, onStats: (stats) => (seen = stats) });
-    expect(seen.anthropic_platform_bedrock_not_installed, "seed 11").toBeGreaterThan(0);
+    expect(seen.anthropic_platform_bedrock_not_installed ?? 0, "seed 11").toBeGreaterThan(0);
     expect(seen.anthropic_platform_bedrock ?? 0).toBe(0);
     expect(seen.anthropic_requests_bedrock ?? 0).toBe(0);
-    expect(seen.anthropic_platform_messages).toBeGreaterThanOrEqual(seen.anthropic_platform_bedrock_not_installed!);
+    expect(seen.anthropic_platform_messages ?? 0).toBeGreaterThanOrEqual(seen.anthropic_platform_bedrock_not_installed!);
     await expect(runEndToEnd(memory, { runs: 1, seed: 11, anthropicPlatform: "bedrock" })).rejects.toThrow(/platform bedrock needs @anthropic-ai\/bedrock-sdk, which is not installed/);
   });
 });

@@ -45,7 +45,7 @@ describe("cross-turn repeats on the ai-sdk profile: the end-to-end level rejects
     let seen: Record<string, number> = {};
     await runEndToEnd(memory, { provider: "ai-sdk", runs: RUNS, seed: SEED, onStats: (s) => (seen = s) });
     expect(seen).toMatchObject({ property_cases: RUNS, cross_turn_repeats: 1 });
-    expect(seen.cross_turn_repeats_told).toBeGreaterThan(0);
+    expect(seen.cross_turn_repeats_told ?? 0).toBeGreaterThan(0);
   }, 120_000);
 });
 

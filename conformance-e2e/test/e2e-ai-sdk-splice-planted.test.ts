@@ -35,7 +35,7 @@ describe("splices on the ai-sdk profile: the end-to-end level rejects an app who
       let seen: Record<string, number> = {};
       await runEndToEnd(memory, { provider: "ai-sdk", runs, seed, onStats: (stats) => (seen = stats) });
       expect(seen).toMatchObject({ cases: runs });
-      for (const shape of shapes) expect(seen[`splices_${shape}`], shape).toBeGreaterThan(0);
+      for (const shape of shapes) expect(seen[`splices_${shape}`] ?? 0, shape).toBeGreaterThan(0);
     }, 600_000);
   }
 });

@@ -92,7 +92,7 @@ async function rejectedThenPassed(provider: (typeof RUNNER_PROVIDERS)[number], f
   let seen: Record<string, number> = {};
   await runEndToEnd(memory, { provider, runs: 30, seed: found.seed, path: found.path, onStats: (stats) => (seen = stats) });
   expect(seen).toMatchObject({ property_cases: 1, replayed_passed: 1 });
-  for (const stat of stats) expect(seen[stat], stat).toBeGreaterThan(0);
+  for (const stat of stats) expect(seen[stat] ?? 0, stat).toBeGreaterThan(0);
   return message;
 }
 

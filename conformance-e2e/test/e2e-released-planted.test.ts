@@ -72,8 +72,8 @@ describe.each(RUNNER_PROVIDERS)("a released row: the end-to-end oracle rejects a
     let seen: Record<string, number> = {};
     await runEndToEnd(memory, { deploys: false, provider, runs: 300, seed: cx.seed, path: cx.path, dispatcher: realDispatcher, onStats: (stats) => (seen = stats) });
     expect(seen).toMatchObject({ property_cases: 1, replayed_passed: 1 });
-    expect(seen.release_deaths).toBeGreaterThan(0);
-    expect(seen.omitted_dead_worker_released_row_told_by_committed_turn_record).toBeGreaterThan(0);
+    expect(seen.release_deaths ?? 0).toBeGreaterThan(0);
+    expect(seen.omitted_dead_worker_released_row_told_by_committed_turn_record ?? 0).toBeGreaterThan(0);
   }, 600_000);
 
   // Fully shrunk only under CONFORMANCE_E2E_FULL_SHRINK=1 (readable.ts, SHRINKS): each shrink candidate
