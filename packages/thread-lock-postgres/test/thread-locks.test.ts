@@ -427,15 +427,20 @@ describe("THREAD-4: failures before work runs are store_unavailable", () => {
     const { holder, release } = await holdThread(t);
     const waiterApp = `${APP}_w`;
     let ran = false;
-    const waiter = locks({ applicationName: waiterApp }).withThread(t, async () => void (ran = true)).catch((e: unknown) => e);
-    // Wait until the waiter's session waits on the advisory lock, then kill it from outside.
-    for (let i = 0; ; i++) {
+    let waiterSettled = false;
+    const waiter = locks({ applicationName: waiterApp })
+      .withThread(t, async () => void (ran = true))
+      .catch((e: unknown) => e)
+      .finally(() => (waiterSettled = true));
+    // Wait until the waiter's session waits on the advisory lock, then kill it from outside. Bounded by
+    // the waiter itself (waitMs), not by a count of polls: on a loaded host its session opens late.
+    for (;;) {
       const r = await admin.query(`SELECT pid FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'`, [waiterApp]);
       if (r.rows.length > 0) {
         await admin.query("SELECT pg_terminate_backend($1)", [r.rows[0].pid]);
         break;
       }
-      if (i > 100) throw new Error("the waiter never waited");
+      if (waiterSettled) throw new Error(`the waiter never waited on the lock: it settled with ${String(await waiter)}`);
       await sleep(20);
     }
     const error = await waiter;
