@@ -111,11 +111,14 @@ async function whileWaiting(schema: string, signal: "pg_terminate_backend" | "pg
   try {
     await locker.query("BEGIN");
     await locker.query(`LOCK TABLE "${schema}".dispatch_once_ledger IN ACCESS EXCLUSIVE MODE`);
-    const outcome = refusal(operation());
-    for (let i = 0; ; i++) {
+    let settled = false;
+    const outcome = refusal(operation()).finally(() => (settled = true));
+    // Until the statement waits on the lock, or the operation settles without having waited: a count of
+    // polls would bound how soon a loaded host opens the ledger's session.
+    for (;;) {
       const { rowCount } = await admin.query(`SELECT ${signal}(pid) FROM pg_stat_activity WHERE usename = $1 AND wait_event_type = 'Lock'`, [role]);
       if (rowCount !== null && rowCount > 0) break;
-      if (i > 500) throw new Error("the ledger's statement never waited on the lock");
+      if (settled) throw new Error(`the ledger's statement never waited on the lock: it settled with ${String(await outcome.catch((e: unknown) => e))}`);
       await new Promise((r) => setTimeout(r, 10));
     }
     return await outcome;
