@@ -38,7 +38,7 @@ function expectHardCases(seen: Record<string, number>, runs: number, side: { rea
   expect(seen.record_entries_without_input ?? 0, "record_entries_without_input").toBe(0);
   // A relay re-sent a completed call whole at the next free position (STREAM-10's whole repeat), on
   // the sides that draw it (not Chat Completions): one message slot in eight, so CI's runs meet it.
-  if (side.splices) expect(seen.relay_repeats, "relay_repeats").toBeGreaterThan(0);
+  if (side.splices) expectReached(seen, "relay_repeats");
   if (runs < 200) return;
   // Each way a release redefines the payment tool, and a call the guard could not match (refused).
   for (const kind of ["deploys_identity", "deploys_transform", "deploys_rename", "definition_changed_refusals"]) expectReached(seen, kind);
