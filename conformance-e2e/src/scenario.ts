@@ -501,58 +501,45 @@ function withReaskSplice(plan: MessagePlan, splice: SplicePlan | undefined): Mes
 }
 
 /**
+ * A SplicePlan drawn in one message slot in `1 + none` (`none` to 1 it is none), mostly right after
+ * the first call: the shape of every splice draw below (one combinator tree, so each draw's values
+ * for a seed are what they were when each was written out in full).
+ */
+function splicePlanArbitrary(none: number, attempt: fc.Arbitrary<SplicePlan["attempt"]>, shape: fc.Arbitrary<SplicePlan["shape"]>, reorder: fc.Arbitrary<boolean>): fc.Arbitrary<SplicePlan | undefined> {
+  return fc.oneof(
+    { weight: none, arbitrary: fc.constant(undefined) },
+    {
+      weight: 1,
+      arbitrary: fc.record({
+        attempt,
+        afterCall: fc.oneof({ weight: 3, arbitrary: fc.constant(0) }, { weight: 1, arbitrary: fc.integer({ min: 1, max: 2 }) }),
+        shape,
+        reorder,
+      }),
+    },
+  );
+}
+
+/**
  * Half the message slots (a re-ask comes only after a message failed: 49 in CI's 200 reference
  * runs, 23 of them spliced): a proxy's splice into the re-ask's first request (MessagePlan
  * `reaskSplice`), of the three shapes alike, mostly right after the first call. Each costs one
  * failed attempt of the re-ask and its retry.
  */
-const reaskSpliceArbitrary: fc.Arbitrary<SplicePlan | undefined> = fc.oneof(
-  { weight: 1, arbitrary: fc.constant(undefined) },
-  {
-    weight: 1,
-    arbitrary: fc.record({
-      attempt: fc.constant<SplicePlan["attempt"]>(1),
-      afterCall: fc.oneof({ weight: 3, arbitrary: fc.constant(0) }, { weight: 1, arbitrary: fc.integer({ min: 1, max: 2 }) }),
-      shape: fc.constantFrom<SplicePlan["shape"]>("restart", "headless", "headless_bare"),
-      reorder: fc.boolean(),
-    }),
-  },
-);
+const reaskSpliceArbitrary: fc.Arbitrary<SplicePlan | undefined> = splicePlanArbitrary(1, fc.constant<SplicePlan["attempt"]>(1), fc.constantFrom<SplicePlan["shape"]>("restart", "headless", "headless_bare"), fc.boolean());
 
 /**
  * Mostly none (one message slot in four): a proxy's splice (SplicePlan). Each costs one failed
  * attempt and its retry, no lease. Mostly right after the first call, where a reordered spliced
  * response brings the call that ran back at a new position.
  */
-const spliceArbitrary: fc.Arbitrary<SplicePlan | undefined> = fc.oneof(
-  { weight: 3, arbitrary: fc.constant(undefined) },
-  {
-    weight: 1,
-    arbitrary: fc.record({
-      attempt: fc.constantFrom<SplicePlan["attempt"]>(1, 2),
-      afterCall: fc.oneof({ weight: 3, arbitrary: fc.constant(0) }, { weight: 1, arbitrary: fc.integer({ min: 1, max: 2 }) }),
-      shape: fc.constantFrom<SplicePlan["shape"]>("restart", "headless"),
-      reorder: fc.boolean(),
-    }),
-  },
-);
+const spliceArbitrary: fc.Arbitrary<SplicePlan | undefined> = splicePlanArbitrary(3, fc.constantFrom<SplicePlan["attempt"]>(1, 2), fc.constantFrom<SplicePlan["shape"]>("restart", "headless"), fc.boolean());
 
 /**
  * One message slot in eight: a relay's repeat of a completed call (SplicePlan `repeat`), mostly of
  * the first call. Each costs one failed attempt and its retry, no lease.
  */
-const repeatArbitrary: fc.Arbitrary<SplicePlan | undefined> = fc.oneof(
-  { weight: 7, arbitrary: fc.constant(undefined) },
-  {
-    weight: 1,
-    arbitrary: fc.record({
-      attempt: fc.constantFrom<SplicePlan["attempt"]>(1, 2),
-      afterCall: fc.oneof({ weight: 3, arbitrary: fc.constant(0) }, { weight: 1, arbitrary: fc.integer({ min: 1, max: 2 }) }),
-      shape: fc.constant<SplicePlan["shape"]>("repeat"),
-      reorder: fc.constant(false),
-    }),
-  },
-);
+const repeatArbitrary: fc.Arbitrary<SplicePlan | undefined> = splicePlanArbitrary(7, fc.constantFrom<SplicePlan["attempt"]>(1, 2), fc.constant<SplicePlan["shape"]>("repeat"), fc.constant(false));
 
 /**
  * A relay's repeat (SplicePlan `repeat`) into a first-turn request where it leaves every other
