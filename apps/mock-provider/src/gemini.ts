@@ -65,6 +65,25 @@ export function geminiErrorCode(type: string): number {
 }
 
 /**
+ * A declaration's `parameters` (the API's OpenAPI Schema subset) as JSON Schema: its `type` is the
+ * `Type` enum, which the API takes in upper case (`OBJECT`, `STRING`, ...) and `@google/genai`
+ * always sends so; lower-cased at every level (`properties`, `items`, `anyOf`). `parametersJsonSchema`
+ * is JSON Schema already.
+ */
+function jsonSchemaOf(schema: unknown): unknown {
+  if (Array.isArray(schema)) return schema.map(jsonSchemaOf);
+  if (!isObject(schema)) return schema;
+  const out: Json = {};
+  for (const [k, v] of Object.entries(schema)) {
+    if (k === "type" && typeof v === "string") out[k] = v.toLowerCase();
+    else if (k === "properties" && isObject(v)) out[k] = Object.fromEntries(Object.entries(v).map(([name, s]) => [name, jsonSchemaOf(s)]));
+    else if (k === "items" || k === "anyOf") out[k] = jsonSchemaOf(v);
+    else out[k] = v;
+  }
+  return out;
+}
+
+/**
  * A Gemini request body (`contents` of `{role: user|model, parts: [{text}|{functionCall}|{functionResponse}]}`,
  * `systemInstruction: {parts: [{text}]}`, `tools: [{functionDeclarations}]`, `toolConfig.functionCallingConfig`,
  * `generationConfig.maxOutputTokens`) as the Messages request it stands for. A call without an `id`
@@ -134,7 +153,8 @@ export function messagesFromGemini(body: unknown, model: string, stream: boolean
       isObject(t) && Array.isArray(t["functionDeclarations"])
         ? t["functionDeclarations"].map((d: unknown) => {
             if (!isObject(d)) return d;
-            return { name: d["name"], ...(typeof d["description"] === "string" ? { description: d["description"] } : {}), input_schema: isObject(d["parameters"]) ? d["parameters"] : { type: "object" } };
+            const schema = isObject(d["parameters"]) ? jsonSchemaOf(d["parameters"]) : isObject(d["parametersJsonSchema"]) ? d["parametersJsonSchema"] : { type: "object" };
+            return { name: d["name"], ...(typeof d["description"] === "string" ? { description: d["description"] } : {}), input_schema: schema };
           })
         : [],
     );
@@ -308,7 +328,14 @@ export class GeminiChunks {
         const call = this.calls.get(index);
         if (!call) return [];
         this.calls.delete(index);
-        const args: unknown = call.json === "" ? {} : JSON.parse(call.json);
+        let args: unknown;
+        try {
+          args = call.json === "" ? {} : JSON.parse(call.json);
+        } catch {
+          // An output limit or a refusal cut the arguments (the Messages API closes the block anyway):
+          // the API sends no call it could not parse; the finishReason (MAX_TOKENS, SAFETY) says why.
+          return [];
+        }
         if (!this.options.streamArgs) return [this.chunk(candidate([this.signed({ functionCall: { id: call.id, name: call.name, args } })]))];
         const partialArgs = this.newLeaves(call, args);
         return [

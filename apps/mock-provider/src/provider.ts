@@ -252,8 +252,8 @@ function cloudRoute(url: string): Route | undefined {
   // Bedrock's Converse API (any model; `@ai-sdk/amazon-bedrock`'s language model): `/converse-stream`, `/converse` without.
   const converse = /^\/model\/([^/]+)\/(converse-stream|converse)$/.exec(path);
   if (converse) return { api: "converse", model: decodeURIComponent(converse[1]!), stream: converse[2] === "converse-stream" };
-  // Google's Gemini API (`@ai-sdk/google`): `/v1beta/models/{model}:streamGenerateContent?alt=sse`, `:generateContent` without.
-  const gemini = /^\/v1beta\/models\/([^/:]+):(streamGenerateContent|generateContent)$/.exec(path);
+  // Google's Gemini API (`@ai-sdk/google`, `@google/genai`): `/v1beta/models/{model}:streamGenerateContent?alt=sse` (`/v1/...` too: the SDK's default), `:generateContent` without.
+  const gemini = /^\/(?:v1|v1beta)\/models\/([^/:]+):(streamGenerateContent|generateContent)$/.exec(path);
   if (gemini) return { api: "gemini", model: decodeURIComponent(gemini[1]!), stream: gemini[2] === "streamGenerateContent" };
   // Gemini on Vertex AI (`@ai-sdk/google-vertex`): `/v1beta1/projects/{p}/locations/{l}/publishers/google/models/{model}:streamGenerateContent?alt=sse`
   // (`/v1/...` too), or in express mode (an API key, no project) `/v1/publishers/google/models/{model}:...`. The Gemini API's shapes.

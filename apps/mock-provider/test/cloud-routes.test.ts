@@ -6,7 +6,7 @@
  */
 import { crc32 } from "node:zlib";
 import { afterEach, describe, expect, it } from "vitest";
-import { messagesFromGemini, signThinking, startMockProvider, type MockProvider } from "../src/index.js";
+import { messagesFromGemini, signThinking, startMockProvider, toolUse, type MockProvider } from "../src/index.js";
 
 const providers: MockProvider[] = [];
 afterEach(async () => {
@@ -217,6 +217,43 @@ describe("Google Gemini API route", () => {
     expect([keyless.status, ((await keyless.json()) as any).error.status]).toEqual([403, "PERMISSION_DENIED"]);
     const throttled = await post(`${base}:generateContent`, geminiBody, { "x-goog-api-key": "k" }, { kind: "status", status: 429 });
     expect([throttled.status, ((await throttled.json()) as any).error]).toMatchObject([429, { code: 429, status: "RESOURCE_EXHAUSTED" }]);
+  });
+  it("takes a declaration as @google/genai sends it: `parameters` in the Schema's upper-case Type enum (OBJECT, STRING, INTEGER), or `parametersJsonSchema`", async () => {
+    const provider = await start();
+    const url = `${provider.geminiBaseURL}/models/gemini-2.5-flash:streamGenerateContent?alt=sse`;
+    // @google/genai 3.6.1 upper-cases every `type` of `parameters` (the API's Type enum) before sending.
+    const upper = { type: "OBJECT", properties: { to: { type: "STRING" }, amount_cents: { type: "INTEGER" }, tags: { type: "ARRAY", items: { type: "STRING" } } }, required: ["to"] };
+    const sdkBody = { ...geminiBody, tools: [{ functionDeclarations: [{ name: "send_payment", parameters: upper }] }] };
+    const response = await post(url, sdkBody, { "x-goog-api-key": "k" });
+    expect(response.status).toBe(200);
+    const calls = chunksOf(await response.text()).flatMap((c) => c["candidates"][0].content.parts).filter((p: Record<string, unknown>) => p["functionCall"]);
+    expect(calls.map((p: any) => p.functionCall.args)).toEqual([{ to: "acme", amount_cents: 1200 }]);
+    expect((provider.requests[0]!.body as any).tools[0].functionDeclarations[0].parameters).toEqual(upper); // the log keeps the body as sent
+    const jsonSchemaBody = { ...geminiBody, tools: [{ functionDeclarations: [{ name: "send_payment", parametersJsonSchema: tools[0]!.input_schema }] }] };
+    expect((await post(url, jsonSchemaBody, { "x-goog-api-key": "k" })).status).toBe(200);
+    const read = messagesFromGemini(sdkBody, "gemini-2.5-flash", true) as { tools: { input_schema: unknown }[] };
+    expect(read.tools[0]!.input_schema).toEqual({ type: "object", properties: { to: { type: "string" }, amount_cents: { type: "integer" }, tags: { type: "array", items: { type: "string" } } }, required: ["to"] });
+    // @google/genai 3.6.1's default apiVersion is `v1`: the API serves both, so does the mock.
+    const v1 = await post(`${provider.url}/v1/models/gemini-2.5-flash:streamGenerateContent?alt=sse`, sdkBody, { "x-goog-api-key": "k" });
+    expect([v1.status, provider.requests.at(-1)!.api]).toEqual([200, "gemini"]);
+    const fromJsonSchema = messagesFromGemini(jsonSchemaBody, "gemini-2.5-flash", true) as { tools: { input_schema: unknown }[] };
+    expect(fromJsonSchema.tools[0]!.input_schema).toEqual(tools[0]!.input_schema);
+  });
+  it("a response whose output limit (or a refusal) cut a call's arguments: 200, the whole calls before it, no part for the cut call, MAX_TOKENS (SAFETY) last", async () => {
+    const payment = { to: "acme", amount_cents: 1200, memo: "Invoice 1042, as asked by the user" };
+    for (const [stopReason, finishReason] of [["max_tokens", "MAX_TOKENS"], ["refusal", "SAFETY"]] as const) {
+      const provider = await startMockProvider({
+        seed: 7,
+        script: () => ({ content: [toolUse("send_payment", payment), toolUse("send_payment", { ...payment, to: "bob" })], stopReason, ...(stopReason === "refusal" ? { stopDetails: { category: "cyber", explanation: "no" } } : {}) }),
+      });
+      providers.push(provider);
+      const response = await post(`${provider.geminiBaseURL}/models/gemini-2.5-flash:streamGenerateContent?alt=sse`, geminiBody, { "x-goog-api-key": "k" });
+      expect(response.status).toBe(200);
+      const chunks = chunksOf(await response.text());
+      const calls = chunks.flatMap((c) => c["candidates"][0].content.parts).filter((p: Record<string, unknown>) => p["functionCall"]);
+      expect(calls.map((p: any) => p.functionCall.args)).toEqual([payment]);
+      expect(chunks.at(-1)!["candidates"][0].finishReason).toBe(finishReason);
+    }
   });
 });
 
