@@ -131,10 +131,12 @@ export class CallPhases<C extends CallState = CallState> {
     return part !== undefined && isCall(part) ? part : undefined;
   }
 
+  /** Begins (or replaces) the text part at `index`. */
   protected setText(index: number, text: string): void {
     this.parts.set(index, { type: "text", text });
   }
 
+  /** Adds to the text part `setText` began at `index`; any other index is ignored (a delta for a block that never started). */
   protected appendText(index: number, text: string): void {
     const part = this.parts.get(index);
     if (part !== undefined && !isCall(part)) part.text += text;
