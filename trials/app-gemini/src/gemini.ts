@@ -96,6 +96,9 @@ export interface GeminiStreamOptions {
 const responseOf = (answer: CallAnswer<GeminiCall>["answer"]): Record<string, unknown> =>
   answer.ok ? { output: JSON.parse(answer.resultJson) as unknown } : { error: answer.error };
 
+/** PLANT=drop-thoughts: what an app that keeps only "the content" commits (thought parts and signatures gone). */
+const withoutThoughts = (parts: Part[]): Part[] => parts.filter((p) => p.thought !== true).map(({ thoughtSignature: _s, ...p }) => p);
+
 export class GeminiStream implements StreamProvider<GeminiAccumulator, GenerateContentResponse, string> {
   readonly finishEvent = "finishReason STOP";
   constructor(private readonly options: GeminiStreamOptions) {}
@@ -153,7 +156,7 @@ export class GeminiStream implements StreamProvider<GeminiAccumulator, GenerateC
     });
     return {
       // As the stream sent it: thought parts and their thoughtSignature go back unchanged, or the API refuses the next request.
-      assistant: { role: "model", parts: accumulator.rawParts } as unknown as JsonValue,
+      assistant: { role: "model", parts: process.env.PLANT === "drop-thoughts" ? withoutThoughts(accumulator.rawParts) : accumulator.rawParts } as unknown as JsonValue,
       ...(parts.length > 0 ? { toolResults: { role: "user", parts } as unknown as JsonValue } : {}),
       stopReason: accumulator.finishReason ?? null,
       answers: accumulator.calls.length === 0,

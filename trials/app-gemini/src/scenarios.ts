@@ -47,7 +47,9 @@ const payments = await startMockPayments({ requireIdempotencyKey: true });
 // Modes (set per situation): `stripIds` deletes every functionCall's id; `finishAs` makes the chunk
 // that carries the finishReason carry this one instead and the response's calls with it (a call
 // chunk is held back until the finish chunk, then sent inside it).
-const relay = { stripIds: false, finishAs: undefined as string | undefined };
+// `mergeCalls: n` holds call chunks until n of them arrived, then sends them as one chunk (Gemini's
+// parallel calls, several functionCall parts in one chunk).
+const relay = { stripIds: false, finishAs: undefined as string | undefined, mergeCalls: 0 };
 const upstream = new URL(provider.url);
 type Chunk = { candidates?: { content?: { parts?: { functionCall?: { id?: string } }[] }; finishReason?: string; finishMessage?: string }[] };
 const relayServer = http.createServer((req, res) => {
@@ -67,6 +69,12 @@ const relayServer = http.createServer((req, res) => {
         const chunk = JSON.parse(event.slice(6)) as Chunk;
         const cand = chunk.candidates?.[0];
         if (relay.stripIds) for (const p of cand?.content?.parts ?? []) if (p.functionCall) delete p.functionCall.id;
+        if (relay.mergeCalls > 0 && cand && cand.finishReason === undefined && (cand.content?.parts ?? []).some((p) => p.functionCall)) {
+          held.push(...(cand.content?.parts ?? []));
+          if (held.length < relay.mergeCalls) continue;
+          cand.content!.parts = held as never[];
+          held = [];
+        }
         if (relay.finishAs !== undefined && cand) {
           const parts = cand.content?.parts ?? [];
           if (cand.finishReason === undefined && parts.some((p) => p.functionCall)) { held.push(...parts); continue; }
@@ -306,6 +314,11 @@ async function finishReasons() {
     const n = requestsOf(c).length;
     console.log(`    told: ${JSON.stringify(r.text)}; ${n} request(s)`);
     await judge("4 MAX_TOKENS inside a second call's arguments: the whole first call paid and told, the turn failed for good (one request), nothing committed", c, [r], { expect: 1, committed: 0, ok: (r.status === "failed" && !r.retryable && n === 1 && r.effects.some((e) => e.effect === "happened")) || { r, n } });
+    // The user asks again in a new message (a new id): it takes the failed turn's index (TURN-12), and its payment meets the row.
+    const again = await app.send(c, "m2", `pay hana 510 ref ${c}`);
+    const call = again.status === "answered" ? again.calls.find((x) => x.name === "send_payment") : undefined;
+    console.log(`    asked again as m2: ${JSON.stringify(again.text)}; its payment ${JSON.stringify(call?.result)}`);
+    await judge("5 after that failure the user asks again in a new message: answered with the payment that happened, not a second one", c, [r, again], { expect: 1, ok: answered(again) || again });
   }
   for (const reason of ["MAX_TOKENS", "SAFETY", "MALFORMED_FUNCTION_CALL"]) {
     relay.finishAs = reason;
@@ -362,6 +375,17 @@ async function parallel() {
   provider.cutNow(n, "reset");
   const r = await p;
   await judge("6 two calls in one response (two payees), cut after both: each paid once", c, [r], { expect: 2, ok: answered(r) || r });
+  relay.mergeCalls = 2;
+  try {
+    const c2 = "c-parallel-one-chunk";
+    const q = app.send(c2, "m1", `pay both ola pia 330 ref ${c2}`);
+    const n2 = await holdAfterPayment(c2, { call: 1, payments: 2 });
+    provider.cutNow(n2, "reset");
+    const r2 = await q;
+    await judge("6 two calls in ONE chunk (Gemini's parallel function calls), cut after it: each paid once", c2, [r2], { expect: 2, ok: answered(r2) || r2 });
+  } finally {
+    relay.mergeCalls = 0;
+  }
 }
 
 // 6b. thoughtSignature parts: thoughts on; a cut after the payment, retried; the committed turn keeps
