@@ -7,7 +7,8 @@
 //   STOP: such a call is left open and so abandoned (never dispatched half-made);
 // - the response is *finished* by a chunk with `finishReason: "STOP"`; MAX_TOKENS with no call in
 //   the response finishes it too (a long answer cut, nothing to dispatch). Every other finishReason
-//   (SAFETY, MALFORMED_FUNCTION_CALL, RECITATION, ..., MAX_TOKENS with a call) ends it for good
+//   (SAFETY, MALFORMED_FUNCTION_CALL, RECITATION, ..., MAX_TOKENS with a call), and a prompt blocked by
+//   `promptFeedback.blockReason`, ends it for good
 //   (STREAM-13: not retried, not committed); a stream that ends without a finishReason is a failed
 //   stream (STREAM-1), retried.
 import type { GoogleGenAI, GenerateContentResponse, Part, Content, FunctionDeclaration } from "@google/genai";
@@ -39,6 +40,12 @@ export class GeminiAccumulator extends CallPhases<GeminiCall> {
     if (chunk.responseId !== undefined) {
       if (this.responseId === undefined) this.responseId = chunk.responseId;
       else if (chunk.responseId !== this.responseId) throw new Error(`a chunk of another response (${chunk.responseId}) in the stream of ${this.responseId}: spliced`);
+    }
+    // A prompt the API blocks: one chunk of promptFeedback, no candidate. The same request is blocked again (STREAM-13).
+    const blocked = chunk.promptFeedback?.blockReason;
+    if (blocked !== undefined && (chunk.candidates ?? []).length === 0) {
+      this.finishReason = `promptFeedback.blockReason ${blocked}`;
+      return {};
     }
     const candidate = chunk.candidates?.[0];
     const finish = candidate?.finishReason as string | undefined;

@@ -49,11 +49,19 @@ const payments = await startMockPayments({ requireIdempotencyKey: true });
 // chunk is held back until the finish chunk, then sent inside it).
 // `mergeCalls: n` holds call chunks until n of them arrived, then sends them as one chunk (Gemini's
 // parallel calls, several functionCall parts in one chunk).
-const relay = { stripIds: false, finishAs: undefined as string | undefined, mergeCalls: 0 };
+// `blockPrompt` answers the request with the one chunk Gemini sends for a prompt it blocks
+// (`promptFeedback.blockReason`, no candidates).
+const relay = { stripIds: false, finishAs: undefined as string | undefined, mergeCalls: 0, blockPrompt: undefined as string | undefined };
 const upstream = new URL(provider.url);
 type Chunk = { candidates?: { content?: { parts?: { functionCall?: { id?: string } }[] }; finishReason?: string; finishMessage?: string }[] };
 const relayServer = http.createServer((req, res) => {
   const up = http.request({ host: upstream.hostname, port: upstream.port, path: req.url, method: req.method, headers: req.headers }, (upRes) => {
+    if (relay.blockPrompt !== undefined && upRes.statusCode === 200) {
+      upRes.destroy();
+      res.writeHead(200, { "content-type": "text/event-stream" });
+      res.end(`data: ${JSON.stringify({ promptFeedback: { blockReason: relay.blockPrompt }, usageMetadata: { promptTokenCount: 12, totalTokenCount: 12 }, modelVersion: "gemini-2.5-flash", responseId: "blocked1" })}\r\n\r\n`);
+      return;
+    }
     res.writeHead(upRes.statusCode ?? 502, upRes.headers);
     let buf = "";
     let held: unknown[] = [];
@@ -319,6 +327,26 @@ async function finishReasons() {
     const call = again.status === "answered" ? again.calls.find((x) => x.name === "send_payment") : undefined;
     console.log(`    asked again as m2: ${JSON.stringify(again.text)}; its payment ${JSON.stringify(call?.result)}`);
     await judge("5 after that failure the user asks again in a new message: answered with the payment that happened, not a second one", c, [r, again], { expect: 1, ok: answered(again) || again });
+  }
+  // Calls in the very chunk that says STOP (Gemini often sends the last call with the finish): dispatched, committed.
+  relay.finishAs = "STOP";
+  try {
+    const c = "c-finish-stop-with-calls";
+    const r = await app.send(c, "m1", `pay olga 150 ref ${c}`);
+    await judge("6 the calls in the chunk that says finishReason STOP: dispatched there, committed", c, [r], { ok: answered(r) || r });
+  } finally {
+    relay.finishAs = undefined;
+  }
+  // A prompt Gemini blocks: one chunk of promptFeedback.blockReason, no candidate. The same request is blocked again.
+  relay.blockPrompt = "PROHIBITED_CONTENT";
+  try {
+    const c = "c-prompt-blocked";
+    const r = await app.send(c, "m1", `pay pete 90 ref ${c}`);
+    const n = requestsOf(c).length;
+    console.log(`    blocked prompt: told ${JSON.stringify(r.text)}; ${n} request(s)`);
+    await judge("6 a blocked prompt (promptFeedback.blockReason, no candidate): nothing ran, one request, told a re-send will not help", c, [r], { expect: 0, ok: (r.status === "failed" && !r.retryable && n === 1 && r.text.includes("PROHIBITED_CONTENT")) || { r, n } });
+  } finally {
+    relay.blockPrompt = undefined;
   }
   for (const reason of ["MAX_TOKENS", "SAFETY", "MALFORMED_FUNCTION_CALL"]) {
     relay.finishAs = reason;
