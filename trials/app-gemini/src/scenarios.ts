@@ -393,6 +393,19 @@ async function killed() {
   app = await startServer();
   const r2 = await app.send(c, "m1", `pay gina 610 ref ${c}`);
   await judge("5 SIGKILL after the payment, restart, the same message re-sent: the turn taken over, paid once", c, [r1, r2], { ok: answered(r2) || { r2 } });
+  // The same, but the next send to the conversation is ANOTHER message: the dead one is resumed first
+  // (TURN-15), the new one answered after it; its sender re-sends and is answered from the store.
+  const d = "c-killed-next";
+  const q = app.send(d, "m1", `pay quinn 620 ref ${d}`);
+  await holdAfterPayment(d);
+  await app.kill();
+  const s1 = await q;
+  await sleep(4500);
+  app = await startServer();
+  const s2 = await app.send(d, "m2", "hello");
+  const s3 = await app.send(d, "m1", `pay quinn 620 ref ${d}`);
+  console.log(`    m2 answered: ${JSON.stringify(s2.text)}; m1 re-sent: ${JSON.stringify(s3.text)} (${s3.status === "answered" ? s3.calls.map((x) => x.name).join(", ") : s3.status})`);
+  await judge("5 SIGKILL after the payment, restart, another message sent first: the dead one resumed before it, paid once, told on its re-send", d, [s1, s2, s3], { ok: (answered(s2) && answered(s3) && s3.calls.some((x) => x.name === "send_payment" && x.error === undefined)) || { s2, s3 } });
 }
 
 // 6a. Parallel calls: two payments to two payees in one response, cut after both.
