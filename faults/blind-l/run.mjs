@@ -185,6 +185,10 @@ const CHAINS = {
   // Round R: ERR-6's reserved codes in core: its own tests, then the wrappers that declare a tool's
   // failure (the anthropic package's declaredToolError) and read one (the MCP server's unguarded path).
   "core-err6": [pkgTests("core", true), pkgTests("anthropic"), pkgTests("mcp")],
+  // Round T: the operator's side. The CLI's own chain (`cli` above: its tests, source-loaded and
+  // through its built bin) and the OpenTelemetry package's own tests, source-loaded. No workspace
+  // package depends on either; trials/* and tests/pack-install install them from packed tarballs.
+  opentelemetry: [pkgTests("opentelemetry", true)],
   "kit-tabs": [kit("AI SDK tabs planted (AISDK-17), mutated", ["test/e2e-ai-sdk-tabs-planted.test.ts"], true), { ...e2eAiSdk, name: `${e2eAiSdk.name}, mutated`, own: true }],
 };
 
