@@ -1,15 +1,15 @@
 import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor } from "@opentelemetry/sdk-trace-base";
 import { AggregationTemporality, InMemoryMetricExporter, MeterProvider, PeriodicExportingMetricReader } from "@opentelemetry/sdk-metrics";
-import { dispatchTelemetry } from "../src/index.js";
+import { dispatchTelemetry, type TelemetryOptions } from "../src/index.js";
 
-/** An OpenTelemetry SDK in memory, with the package's telemetry on it: what the tests read spans and metrics from. */
-export function sdk() {
+/** An OpenTelemetry SDK in memory, with the package's telemetry on it (and `options`): what the tests read spans and metrics from. */
+export function sdk(options: Omit<TelemetryOptions, "tracer" | "meter"> = {}) {
   const spans = new InMemorySpanExporter();
   const tracerProvider = new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(spans)] });
   const exporter = new InMemoryMetricExporter(AggregationTemporality.CUMULATIVE);
   const reader = new PeriodicExportingMetricReader({ exporter, exportIntervalMillis: 60_000 });
   const meterProvider = new MeterProvider({ readers: [reader] });
-  const telemetry = dispatchTelemetry({ tracer: tracerProvider.getTracer("t"), meter: meterProvider.getMeter("t") });
+  const telemetry = dispatchTelemetry({ ...options, tracer: tracerProvider.getTracer("t"), meter: meterProvider.getMeter("t") });
   const exported = async (name: string) => {
     await reader.forceFlush();
     const all = exporter.getMetrics().at(-1)?.scopeMetrics.flatMap((s) => s.metrics) ?? [];

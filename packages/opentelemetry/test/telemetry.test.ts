@@ -90,6 +90,47 @@ describe("dispatcher events -> spans and metrics (OTEL-1)", () => {
     expect(await s.metric(METRIC.CLAIMS, { [ATTR.TOOL_NAME]: "t", [ATTR.TAKEOVER]: false })).toBe(5);
   });
 
+  it("OTEL-2 every instrument's points carry only its bounded attributes (the README's table), never a key: claims, replays, outcomes, unknowns, reconciliations, durations", async () => {
+    const s = sdk();
+    cleanup = s.shutdown;
+    let verdict: "performed" | "not_performed" = "not_performed";
+    const invoice = defineTool({
+      name: "create_invoice",
+      effect: "unkeyed_write",
+      input: z.object({ n: z.number() }),
+      run: () => {
+        throw new Error("socket hang up");
+      },
+      reconcile: () => (verdict === "performed" ? { outcome: "performed", result: { id: "inv_1" } } : { outcome: "not_performed" }),
+    });
+    const pay = defineTool({ name: "send_payment", effect: "keyed_write", input: z.object({ amount: z.number() }), run: () => ({ id: "pay_1" }) });
+    const dispatcher = new Dispatcher({ tools: [invoice, pay], ledger: durable(new MemoryLedger()), onEvent: s.telemetry.onDispatchEvent });
+    const keys: string[] = [];
+    await dispatcher.turn(turn0).dispatch({ name: "create_invoice", input: { n: 1 } }).catch(() => undefined);
+    keys.push(dispatcher.keyFor({ name: "create_invoice", input: { n: 1 } }, turn0));
+    verdict = "performed";
+    keys.push((await dispatcher.turn(turn0).dispatch({ name: "create_invoice", input: { n: 2 } })).key);
+    // An on-demand probe of the unknown row (RECON-9): reported, counted.
+    await dispatcher.reconcile(keys[0]!);
+    keys.push((await dispatcher.turn(turn0).dispatch({ name: "send_payment", input: { amount: 1 } })).key);
+    await dispatcher.turn(turn0).dispatch({ name: "send_payment", input: { amount: 1 } });
+    const allowed: Record<string, string[]> = {
+      [METRIC.CLAIMS]: [ATTR.TOOL_NAME, ATTR.TAKEOVER],
+      [METRIC.REPLAYS]: [ATTR.TOOL_NAME, ATTR.REPLAY_STATE, ATTR.EFFECT],
+      [METRIC.OUTCOMES]: [ATTR.TOOL_NAME, ATTR.OUTCOME, ATTR.EFFECT],
+      [METRIC.UNKNOWNS]: [ATTR.TOOL_NAME],
+      [METRIC.RECONCILIATIONS]: [ATTR.TOOL_NAME, ATTR.RECONCILE_CAUSE, ATTR.RECONCILE_VERDICT, ATTR.RECONCILE_SETTLED],
+      [METRIC.RUN_DURATION]: [ATTR.TOOL_NAME, ATTR.RUN_OK],
+    };
+    for (const [name, attributes] of Object.entries(allowed)) {
+      const shape = await s.metricShape(name);
+      expect(shape.attributeNames.length, `${name} was recorded`).toBeGreaterThan(0);
+      expect(shape.attributeNames.filter((a) => !attributes.includes(a)), `${name}'s points carry only ${attributes.join(", ")}`).toEqual([]);
+    }
+    expect(await s.metric(METRIC.RECONCILIATIONS)).toBe(3);
+    for (const key of keys) expect(await s.metric(METRIC.RECONCILIATIONS, { [ATTR.KEY]: key })).toBe(0);
+  });
+
   it("OTEL-3 a broken meter or tracer never changes a dispatch", async () => {
     const broken = new Proxy({}, { get: () => () => { throw new Error("exporter down"); } });
     const counterOk = { add: () => undefined, record: () => undefined };
@@ -214,6 +255,27 @@ describe("a ledger out of reach is counted (OTEL-1, DISPATCH-10, DISPATCH-16)", 
       [2, "completed"],
     ]);
     expect(s.spans.getFinishedSpans()[1]!.events.map((e) => e.name)).toEqual(["dispatch_once.run_started"]);
+  });
+});
+
+describe("maxOpenSpans bounds the open runs, not fewer (OTEL-4, OTEL-5)", () => {
+  it("OTEL-5 maxOpenSpans runs stay open until their outcome; one more claim ends the oldest, not_recorded, its effect may have happened", () => {
+    const s = sdk({ maxOpenSpans: 2 });
+    cleanup = s.shutdown;
+    const run = (n: number) => ({ key: String(n).repeat(32), toolName: "send_payment", ordinal: 0 });
+    const ended = () => s.spans.getFinishedSpans().map((x) => [x.attributes[ATTR.KEY], x.attributes[ATTR.OUTCOME], x.attributes[ATTR.EFFECT]]);
+    s.telemetry.onDispatchEvent({ type: "claimed", ...run(1), fence: 1, takeover: false });
+    s.telemetry.onDispatchEvent({ type: "claimed", ...run(2), fence: 1, takeover: false });
+    // Two runs going, two allowed: neither is ended before its outcome.
+    expect(ended()).toEqual([]);
+    s.telemetry.onDispatchEvent({ type: "claimed", ...run(3), fence: 1, takeover: false });
+    expect(ended()).toEqual([[run(1).key, "not_recorded", "may_have_happened"]]);
+    s.telemetry.onDispatchEvent({ type: "recorded", ...run(2), state: "completed", effect: "happened" });
+    s.telemetry.onDispatchEvent({ type: "recorded", ...run(3), state: "completed", effect: "happened" });
+    expect(ended().slice(1)).toEqual([
+      [run(2).key, "completed", "happened"],
+      [run(3).key, "completed", "happened"],
+    ]);
   });
 });
 
