@@ -373,6 +373,8 @@ export interface DispatcherOptions {
   logger?: DispatchLogger;
   /**
    * Called with each DispatchEvent (claimed, replayed, recorded, reconciled, ...) as it happens, e.g. for telemetry.
+   * A callback that throws, or returns a promise that rejects, changes nothing a dispatch does or tells: its
+   * error goes to the logger (OTEL-3).
    * @default none (no events are reported)
    * @example new Dispatcher({ tools, ledger, onEvent: telemetry.onDispatchEvent })
    */
@@ -1096,10 +1098,7 @@ export class Dispatcher implements CallDispatcher {
       } catch (error) {
         return await this.completeAgain(error, tool, prepared.args, key, fence, base, texts.text, texts.parsed);
       }
-      if (this.onEvent !== undefined) {
-        const unstorable = this.emitCompleted(key, tool.name, ordinal);
-        if (unstorable !== undefined) return await this.reconcileUnstorable(tool, prepared.args, key, fence, unstorable, base);
-      }
+      if (this.onEvent !== undefined) this.emit({ type: "recorded", key, toolName: tool.name, ordinal, state: "completed", effect: "happened" });
       return outcomeOf(base, texts.text, false, texts.parsed);
     } catch (error) {
       throw withCallKey(error, key);
@@ -1437,10 +1436,7 @@ export class Dispatcher implements CallDispatcher {
     } catch (error) {
       return await this.completeAgain(error, tool, args, key, fence, base, resultJson, resultParsed);
     }
-    if (this.onEvent !== undefined) {
-      const unstorable = this.emitCompleted(key, tool.name, ordinal);
-      if (unstorable !== undefined) return await this.reconcileUnstorable(tool, args, key, fence, unstorable, base);
-    }
+    if (this.onEvent !== undefined) this.emit({ type: "recorded", key, toolName: tool.name, ordinal, state: "completed", effect: "happened" });
     return outcomeOf(base, resultJson, false, resultParsed);
   }
 
@@ -1554,17 +1550,6 @@ export class Dispatcher implements CallDispatcher {
       throw new ResultNotStorableError(key, `${size} bytes exceeds the ledger's limit of ${this.ledger.capabilities.maxResultBytes}`);
     }
     return texts;
-  }
-
-  /** The `recorded` event of a completion; a listener that throws result_not_storable is answered as a complete that did (anything else it throws propagates). */
-  private emitCompleted(key: string, toolName: string, ordinal: number): Error | undefined {
-    try {
-      this.emit({ type: "recorded", key, toolName, ordinal, state: "completed", effect: "happened" });
-    } catch (error) {
-      if (!isDispatchOnceError(error, "result_not_storable")) throw error;
-      return error;
-    }
-    return undefined;
   }
 
   /** The first complete of a run's result met `firstError`: send it again (DISPATCH-10, DISPATCH-17, recordAgain). */
@@ -2007,9 +1992,26 @@ export class Dispatcher implements CallDispatcher {
     return run as ToolRunContext;
   }
 
-  /** On the hot path, call sites test `onEvent` first, so no event object is built for nobody. */
+  /**
+   * Events are reports (OTEL-3): a listener that throws, or returns a promise that rejects, is
+   * logged and changes nothing a dispatch does or tells. Before, its throw left the dispatch at the
+   * event: after `recorded`, a payment made and completed was told to its caller as the
+   * listener's error; at `run_started`, the claim was renewed for ever and its tool never ran.
+   * On the hot path, call sites test `onEvent` first, so no event object is built for nobody.
+   */
   private emit(event: DispatchEvent): void {
-    this.onEvent?.(event);
+    const onEvent = this.onEvent;
+    if (onEvent === undefined) return;
+    try {
+      const returned: unknown = onEvent(event);
+      if (isThenable(returned)) returned.then(undefined, (error: unknown) => this.listenerFailed(event, error));
+    } catch (error) {
+      this.listenerFailed(event, error);
+    }
+  }
+
+  private listenerFailed(event: DispatchEvent, error: unknown): void {
+    this.logger.warn("an onEvent callback threw; the dispatch carries on (OTEL-3)", { type: event.type, key: event.key, error: describeError(error) });
   }
 }
 
