@@ -68,6 +68,8 @@ const kit = (/** @type {string} */ name, /** @type {string[]} */ files, own = fa
 /** The ledger kit's own tests (conformance/), `own` when the mutant is the kit's. */
 const conformanceTests = (/** @type {string[]} */ files, own = false) => ({ name: `conformance tests (${files.map((f) => basename(f, ".test.ts")).join(", ")})${own ? ", mutated" : ""}`, dir: "conformance", files, own });
 const deferredPlanted = kit("deferred-call planted (TURN-23)", ["test/e2e-deferred-call-planted.test.ts"]);
+// Round S: the kit's relay-repeat planted test (STREAM-10's whole repeat), whose control runs the real runner.
+const relayRepeatPlanted = kit("relay-repeat planted (STREAM-10)", ["test/e2e-relay-repeat-planted.test.ts"]);
 /** @type {Record<string, Catcher[]>} */
 const CHAINS = {
   runner: [pkgTests("runner", true), pkgTests("anthropic"), pkgTests("openai"), byteCut(["messages", "responses", "tool-runner"]), crash, e2e],
@@ -189,6 +191,18 @@ const CHAINS = {
   // through its built bin) and the OpenTelemetry package's own tests, source-loaded. No workspace
   // package depends on either; trials/* and tests/pack-install install them from packed tarballs.
   opentelemetry: [pkgTests("opentelemetry", true)],
+  // Round S: STREAM-10's whole repeat (CallPhases.repeatedCall and the accumulators that call it),
+  // the mocks' repeat_call fault and the kit's repeat draw: the stream sides' tests, the kit's
+  // relay-repeat planted test (a plant without the check is rejected, the real runner passes the
+  // same scenarios and meets the repeat) and CONF-2's profiles.
+  "runner-repeat": [pkgTests("runner", true), pkgTests("anthropic"), pkgTests("openai"), relayRepeatPlanted, e2e],
+  "anthropic-repeat": [pkgTests("anthropic", true), byteCut(["messages"]), relayRepeatPlanted, e2e],
+  "mock-repeat": [{ name: "apps/mock-provider tests", dir: "apps/mock-provider", own: true }, pkgTests("anthropic"), relayRepeatPlanted, kit("Anthropic platform planted (Bedrock, Vertex)", ["test/e2e-platform-planted.test.ts"]), e2e],
+  "mock-openai": [{ name: "apps/mock-openai tests", dir: "apps/mock-openai", own: true }, pkgTests("openai"), relayRepeatPlanted, e2e],
+  "kit-repeat": [
+    kit("splice draws and relay-repeat planted (STREAM-10, CONF-2), mutated", ["test/splice-draws.test.ts", "test/e2e-relay-repeat-planted.test.ts"], true),
+    { ...e2e, name: `${e2e.name}, mutated`, own: true },
+  ],
   "kit-tabs": [kit("AI SDK tabs planted (AISDK-17), mutated", ["test/e2e-ai-sdk-tabs-planted.test.ts"], true), { ...e2eAiSdk, name: `${e2eAiSdk.name}, mutated`, own: true }],
 };
 
@@ -196,8 +210,8 @@ const CHAINS = {
 const pkgDir = (/** @type {string} */ pkg) =>
   pkg === "conformance-e2e" || pkg === "conformance" || pkg === "faults"
     ? pkg
-    : pkg === "mock-provider"
-      ? "apps/mock-provider"
+    : pkg === "mock-provider" || pkg === "mock-openai"
+      ? `apps/${pkg}`
       : pkg === "spec-reference"
         ? "spec/reference"
         : pkg === "core-example" || pkg === "core-readme"
