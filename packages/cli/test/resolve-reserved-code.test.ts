@@ -72,6 +72,33 @@ describe("resolve --failed --code with a code Dispatch-Once reads back (ERR-6)",
     }
   });
 
+  // ERR-6: any other code is the tool's (here the operator's) own, kept as given, one that shares a
+  // reserved code's letters in another case included (a downstream's upper-case RESULT_NOT_STORABLE).
+  it("a code that differs from a reserved one only in case is the downstream's own: kept as given", async () => {
+    const backend = await sqliteBackend();
+    try {
+      const tool = defineTool({
+        name: "send_payment",
+        effect: "unkeyed_write",
+        input: z.object({ amount: z.number() }),
+        run: () => {
+          throw new Error("socket hang up");
+        },
+      });
+      const dispatcher = new Dispatcher({ tools: [tool], ledger: backend.ledger, pollMs: 1 });
+      await dispatcher
+        .turn({ conversationId: "conv_resolve_case", turnIndex: 0 })
+        .dispatch({ name: "send_payment", input: { amount: 5 } })
+        .catch(() => undefined);
+      const [row] = (await backend.ledger.listRows!({ state: "unknown" })).rows;
+      const r = await runBin(["resolve", row!.key, ...backend.args, "--retention", "24h", "--actor", "oncall", "--reason", "the bank says declined", "--grace", "0s", "--expected-fence", String(row!.fence), "--failed", "declined", "--code", "RESULT_NOT_STORABLE"]);
+      expect(r.code, r.stderr).toBe(0);
+      expect(await backend.ledger.lookup(row!.key)).toMatchObject({ state: "failed", error: { code: "RESULT_NOT_STORABLE" } });
+    } finally {
+      await backend.cleanup();
+    }
+  });
+
   it.each([...ToolError.reservedCodes])("--code %s is refused before the ledger is opened", async (code) => {
     const r = await runBin(["resolve", "0".repeat(32), "--ledger", "/nonexistent/ledger.db", "--retention", "24h", "--failed", "declined", "--code", code, "--reason", "r", "--expected-fence", "1"]);
     expect(r.code).toBe(EXIT_CODES.usage);
