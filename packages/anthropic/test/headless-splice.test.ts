@@ -119,6 +119,42 @@ describe("TurnAccumulator: a call delivered again at another position (STREAM-10
   });
 });
 
+describe("TurnAccumulator: what a whole repeat is, member by member (STREAM-10, CallPhases.repeatedCall)", () => {
+  /** A tool_use block of any name and any argument text. */
+  const use = (index: number, id: string, name: string, json: string) => [
+    { type: "content_block_start", index, content_block: { type: "tool_use", id, name, input: {} } },
+    { type: "content_block_delta", index, delta: { type: "input_json_delta", partial_json: json } },
+    stop(index),
+  ];
+  const run = (events: object[]) => {
+    const acc = new TurnAccumulator();
+    const dispatchable: string[] = [];
+    for (const e of [start("msg_1"), ...events, ...end("tool_use")]) {
+      const call = acc.apply(ev(e));
+      if (call !== undefined) dispatchable.push(`${call.callId}|${call.name}|${JSON.stringify(call.input)}`);
+    }
+    return { acc, dispatchable };
+  };
+
+  it("STREAM-10 two identical calls without ids (a gateway that strips them) are two asks, not a repeat: an empty id names nothing", () => {
+    const { acc, dispatchable } = run([...use(0, "", "send_payment", '{"payee":"acme","amount":5}'), ...use(1, "", "send_payment", '{"payee":"acme","amount":5}')]);
+    expect(acc.secondMessage).toBeUndefined();
+    expect(dispatchable).toEqual(['|send_payment|{"payee":"acme","amount":5}', '|send_payment|{"payee":"acme","amount":5}']);
+  });
+
+  it("STREAM-10 one id under two tools with the same arguments (a model or server that repeats ids) is two calls", () => {
+    const { acc, dispatchable } = run([...use(0, "functions:0", "lookup_order", '{"order":42}'), ...use(1, "functions:0", "cancel_order", '{"order":42}')]);
+    expect(acc.secondMessage).toBeUndefined();
+    expect(dispatchable).toEqual(['functions:0|lookup_order|{"order":42}', 'functions:0|cancel_order|{"order":42}']);
+  });
+
+  it("STREAM-10 a repeat is judged by its arguments' data, not their text: re-serialised by the relay (its keys in another order, other spacing), it is still the call delivered again", () => {
+    const { acc, dispatchable } = run([...use(0, "toolu_a1", "send_payment", '{"payee":"acme","amount":5}'), ...use(1, "toolu_a1", "send_payment", '{ "amount": 5, "payee": "acme" }')]);
+    expect(dispatchable).toEqual(['toolu_a1|send_payment|{"payee":"acme","amount":5}']);
+    expect(acc.secondMessage).toMatch(/the tool_use block at index 1 \(toolu_a1, send_payment\) repeats the call at index 0 whole/);
+  });
+});
+
 describe("ConversationRunner: a call delivered again at another position (STREAM-10)", () => {
   it("STREAM-10 [acme] delivered again at the next index: the attempt fails there, the retry answers acme from the ledger; paid once, the turn commits one call", async () => {
     const w = world([
