@@ -52,6 +52,13 @@ describe("spliceGuard's signs of a second response (AISDK-16)", () => {
     expect(chat.seen.filter((p) => p.type === "tool-call")).toHaveLength(2);
   });
 
+  it("identical tool-call parts without an id (a provider that leaves ids out) are two asks, not a repeat: an empty id names nothing", async () => {
+    const bare = { type: "tool-call", toolCallId: "", toolName: "pay", input: '{"to":"acme"}' };
+    const r = await guarded([], [bare, { ...bare }, { type: "finish" }]);
+    expect(r.error).toBeUndefined();
+    expect(r.seen.filter((p) => p.type === "tool-call")).toHaveLength(2);
+  });
+
   it("a clean Responses stream passes whole; the raw parts it asked for are not the app's", async () => {
     const r = await guarded([created("r1"), { type: "response.in_progress", response: { id: "r1" } }, added(0, fc("a")), done(0), added(1, fc("b")), done(1)], [{ type: "finish" }]);
     expect(r.error).toBeUndefined();
