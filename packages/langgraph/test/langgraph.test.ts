@@ -369,6 +369,26 @@ describe("@dispatch-once/langgraph: the tools node, the turn counter and the sto
     expect((committed.values as S).messages.filter((m) => ToolMessage.isInstance(m))).toEqual([]);
   });
 
+  it("LANGGRAPH-6 a re-sendable error the retry policy gave up on (claim_released after maxAttempts) carries the stop too: the payment before it is told", async () => {
+    const api = payments((reference) => (reference === "R6u" ? "unavailable" : "ok"));
+    const message = callsMessage([
+      { id: "toolu_a", name: "send_payment", args: { payee: "bob", amount: 5, reference: "R6p" } },
+      { id: "toolu_b", name: "send_payment", args: { payee: "carol", amount: 7, reference: "R6u" } },
+    ]);
+    const g = new StateGraph(State)
+      .addNode("agent", async (state: S) => commitAssistantMessage(state, message))
+      .addNode("tools", toolsNodeOf(api), { retryPolicy: { maxAttempts: 2, initialInterval: 1, jitter: false, logWarning: false, retryOn: onceRetryOn } })
+      .addEdge(START, "agent")
+      .addEdge("agent", "tools")
+      .addEdge("tools", END)
+      .compile({ checkpointer: new MemorySaver() });
+    const error = await g.invoke(ask("pay bob, pay carol"), config("t-6u")).then(() => undefined, (e: unknown) => e);
+    expect(error).toMatchObject({ code: "claim_released" });
+    expect([...api.made.values()].map((p) => p.reference)).toEqual(["R6p"]);
+    // The retry's run answered bob's payment from the ledger; the app learns of it from the stop.
+    expect(onceToolsStopOf(error)).toMatchObject({ answered: [{ tool_call_id: "toolu_a" }], stoppedAt: { callId: "toolu_b", toolName: "send_payment" }, notRun: [] });
+  });
+
   it("LANGGRAPH-6 a call of the message whose arguments did not parse (invalid_tool_calls) is in the stop's notRun: every call of the message is accounted for", async () => {
     const api = payments();
     const node = toolsNodeOf(api);
