@@ -350,6 +350,40 @@ describe("Vertex AI route", () => {
   });
 });
 
+describe("repeat_call on the cloud platforms (STREAM-10's whole repeat, CONF-2's relay repeat)", () => {
+  type Event = { type: string; index?: number; content_block?: { type: string; id?: string } };
+  const toolUses = (events: Event[]) => events.filter((e) => e.type === "content_block_start" && e.content_block?.type === "tool_use").map((e) => [e.index, e.content_block!.id]);
+  const repeat = { kind: "repeat_call", call: 0 };
+
+  it("Bedrock's and Vertex AI's Messages API streams deliver the call again at the next free index, as /v1/messages does; Converse and Gemini refuse it (fault_not_applicable)", async () => {
+    const provider = await start();
+    const bedrock = await post(`${provider.bedrockBaseURL}/model/claude-test/invoke-with-response-stream`, cloudBody, { authorization: sigV4 }, repeat);
+    expect(bedrock.status).toBe(200);
+    const bedrockEvents = decodeEventStream(Buffer.from(await bedrock.arrayBuffer())).map((f) => JSON.parse(Buffer.from((f.payload as { bytes: string }).bytes, "base64").toString("utf8")) as Event);
+    const vertex = await post(`${provider.vertexBaseURL}${vertexPath("claude-test", "streamRawPredict")}`, { ...cloudBody, stream: true }, { authorization: "Bearer ya29.test" }, repeat);
+    expect(vertex.status).toBe(200);
+    const vertexEvents = (await vertex.text()).split("\n").filter((l) => l.startsWith("data: ")).map((l) => JSON.parse(l.slice(6)) as Event);
+    for (const events of [bedrockEvents, vertexEvents]) {
+      const uses = toolUses(events);
+      expect(uses).toHaveLength(2);
+      // The one call (its id), delivered again at another index, before the response finishes.
+      expect(uses[1]![1]).toBe(uses[0]![1]);
+      expect(uses[1]![0]).not.toBe(uses[0]![0]);
+      expect(events.at(-1)).toEqual({ type: "message_stop" });
+    }
+    expect(provider.requests.map((r) => [r.api, r.faultFired])).toEqual([
+      ["bedrock", true],
+      ["vertex", true],
+    ]);
+    const converse = await post(`${provider.bedrockBaseURL}/model/claude-test/converse-stream`, { messages: [{ role: "user", content: [{ text: messages[0]!.content }] }], toolConfig: { tools: [{ toolSpec: { name: "send_payment", inputSchema: { json: tools[0]!.input_schema } } }] } }, { authorization: sigV4 }, repeat);
+    expect(converse.status).toBe(500);
+    expect(await converse.text()).toContain("fault_not_applicable");
+    const gemini = await post(`${provider.geminiBaseURL}/models/gemini-2.5-flash:streamGenerateContent?alt=sse`, { contents: [{ role: "user", parts: [{ text: messages[0]!.content }] }], tools: [{ functionDeclarations: [{ name: "send_payment", parameters: tools[0]!.input_schema }] }] }, { "x-goog-api-key": "AIzaTest" }, repeat);
+    expect(gemini.status).toBe(500);
+    expect(await gemini.text()).toContain("fault_not_applicable");
+  });
+});
+
 describe("a Gemini model turn sent back, as the mock reads it", () => {
   it("AISDK-16 a turn's thought parts are its thinking block and nothing else: no text block of the thought, the signature on the block", () => {
     const thought = "The user wants acme paid.";
