@@ -26,6 +26,10 @@ describe.each(RUNNER_PROVIDERS)("a relay's repeat of a completed call: the end-t
       expect(message).toMatch(/breaks CONF-2\): payment .* performed \d+ times for one intent/);
       expect(message).toMatch(/relay +re-sends call \d of request 1 of "[^"]+" whole \(its id, name and arguments\) at the next free position, then lets the response finish \(STREAM-10\)/);
       if (shrinkTimeLimitMs === 0) expect(message).toContain(`after 1 runs`);
+      // The turn committed with the call twice is named under the rule whose check was planted out (STREAM-10's
+      // whole repeat), not under STREAM-8's second response: its author is sent to the right check (blind round S, S36).
+      expect(message).toMatch(/\n {2}STREAM-10: conv-\d+: turn \d+ \(message [^)]*\) committed the calls \[[^\n]*\(its call \d delivered again whole by a relay, at another position\)/);
+
 
       // The control: the real runner over the same scenarios (the runs up to the failing one) passes, and meets the repeat.
       const seen = await controlOverSameRuns(provider, SEED, error, message);
