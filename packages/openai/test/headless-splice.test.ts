@@ -102,6 +102,23 @@ describe("a function_call delivered again at another position (STREAM-10)", () =
     expect(dispatchable).toEqual(["call_0", "call_0"]);
   });
 
+  it("STREAM-10 a server that repeats call_ids, two calls under distinct item ids, then a relay's repeat of the second item: the repeat is seen (its item is the second's), though the first call matches it too", () => {
+    const acc = new ResponsesTurnAccumulator();
+    const dispatchable: string[] = [];
+    const twin = (index: number, itemId: string) => [
+      { type: "response.output_item.added", output_index: index, item: { ...fcItem("call_0", "", "in_progress"), id: itemId } },
+      { type: "response.output_item.done", output_index: index, item: { ...fcItem("call_0", ACME), id: itemId } },
+    ];
+    for (const e of [created("resp_1"), ...twin(0, "fc_x"), ...twin(1, "fc_y"), ...twin(2, "fc_y")]) {
+      const c = acc.apply(e as never);
+      if (c !== undefined) dispatchable.push(c.callId);
+    }
+    // The two calls the model made, and not the third delivery of the second, which would pay again under ordinal 2.
+    expect(dispatchable).toEqual(["call_0", "call_0"]);
+    expect(acc.streamError).toMatchObject({ event: "response.output_item.done", code: "output_item_repeated" });
+    expect(acc.streamError?.message).toMatch(/the function_call at output_index 2 \(call_0, send_payment\) repeats the call at output_index 1 whole/);
+  });
+
   it("STREAM-10 one call_id under two items with other arguments is two calls", () => {
     const acc = new ResponsesTurnAccumulator();
     const dispatchable: string[] = [];
@@ -111,6 +128,28 @@ describe("a function_call delivered again at another position (STREAM-10)", () =
     }
     expect(acc.streamError).toBeUndefined();
     expect(dispatchable).toEqual(['call_0 {"payee":"acme","amount":5}', 'call_0 {"payee":"bob","amount":7}']);
+  });
+
+  it("STREAM-10 through the runner: two identical payments under one call_id (distinct item ids), then a relay's repeat of the second; the attempt fails at the repeat, the retry answers both from the ledger: paid twice, not three times", async () => {
+    const item = (index: number, callId: string, itemId: string) => [
+      { type: "response.output_item.added", output_index: index, item: { ...fcItem(callId, "", "in_progress"), id: itemId } },
+      { type: "response.output_item.done", output_index: index, item: { ...fcItem(callId, ACME), id: itemId } },
+    ];
+    const both = (callId: string) => [{ ...fcItem(callId, ACME), id: `${callId}_x` }, { ...fcItem(callId, ACME), id: `${callId}_y` }];
+    const w = wire((n, followUp) =>
+      followUp
+        ? answer("Paid twice.")
+        : n === 1
+          ? [created("resp_1"), ...item(0, "call_0", "call_0_x"), ...item(1, "call_0", "call_0_y"), ...item(2, "call_0", "call_0_y"), completed("resp_1", [...both("call_0"), both("call_0")[1]])]
+          : [created(`resp_${n}`), ...item(0, `call_${n}`, `call_${n}_x`), ...item(1, `call_${n}`, `call_${n}_y`), completed(`resp_${n}`, both(`call_${n}`))],
+    );
+    const result = await w.runner.send("conv-twin-repeat", { id: "m1", content: "pay acme 5, twice" });
+    expect(w.paid).toEqual(["acme 5", "acme 5"]);
+    expect(result.turns[0]!.attempts).toBe(2);
+    expect(result.turns[0]!.calls.map((c) => [c.ordinal, c.replayed ?? false])).toEqual([
+      [0, true],
+      [1, true],
+    ]);
   });
 
   it("STREAM-10 through the runner: the attempt fails at the repeated item, the retry answers acme from the ledger; paid once", async () => {
