@@ -215,9 +215,12 @@ export class ResponsesTurnAccumulator extends CallPhases<CallState> {
         // reading it as {} would run the tool with none of the model's arguments.
         const repeated = typeof item.arguments === "string" && !(item.arguments === "" && call.partialJson !== "");
         const done = this.completeCall(call, repeated ? { json: item.arguments, requireObject: true } : { requireObject: true });
-        // Two items of their own (distinct item ids) are two calls, whatever their call_ids say.
-        const earlier = done === undefined ? undefined : this.repeatedCall(done);
-        if (done !== undefined && earlier !== undefined && (earlier.itemId === "" || done.itemId === "" || earlier.itemId === done.itemId)) {
+        // Two items of their own (distinct item ids) are two calls, whatever their call_ids say: the
+        // earlier call repeated is one of the same item (or of none), looked for among them all, so
+        // that an earlier twin under another item id does not hide it (two calls under one call_id,
+        // then a relay's repeat of the second, would otherwise run it again under ordinal 2).
+        const earlier = done === undefined ? undefined : this.repeatedCall(done, (earlier) => earlier.itemId === "" || done.itemId === "" || earlier.itemId === done.itemId);
+        if (done !== undefined && earlier !== undefined) {
           done.phase = "abandoned";
           this.terminal = "error";
           this.streamError = {

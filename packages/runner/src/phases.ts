@@ -120,10 +120,13 @@ export class CallPhases<C extends CallState = CallState> {
    * a second effect for one ask (STREAM-10). Two calls that share an id and differ in their
    * arguments are two calls (some models and servers repeat ids), and so are identical calls
    * under distinct ids (TURN-4). The caller fails the stream there and marks the call abandoned.
+   * `sameItem` narrows the earlier calls to those `call` may be a delivery of (the Responses API's:
+   * the same item id, or none), so that an earlier call that matches by id, name and arguments but
+   * is an item of its own does not hide the one `call` repeats.
    */
-  protected repeatedCall(call: C): C | undefined {
+  protected repeatedCall(call: C, sameItem: (earlier: C) => boolean = () => true): C | undefined {
     if (call.callId === "" || call.input === undefined) return undefined;
-    return this.calls.find((c) => c !== call && c.index !== call.index && c.callId === call.callId && c.name === call.name && c.input !== undefined && sameJsonData(c.input, call.input));
+    return this.calls.find((c) => sameItem(c) && c !== call && c.index !== call.index && c.callId === call.callId && c.name === call.name && c.input !== undefined && sameJsonData(c.input, call.input));
   }
 
   protected callAt(index: number): C | undefined {
