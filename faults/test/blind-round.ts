@@ -24,13 +24,13 @@ export function checkBlindRound(round: string): void {
         : name.startsWith("conformance tests")
           ? "conformance"
           : "conformance-e2e";
-  // Where a mutant's package keeps the source it may patch (round P added the ledger kit, the mock provider and the Python reference).
+  // Where a mutant's package keeps the source it may patch (round P added the ledger kit, the mock provider and the Python reference; round S the OpenAI mock).
   // Round Q added core's examples and README (the framework loop shown to users) and the byte-cut harness's modules.
   const srcOf = (pkg: string) =>
     pkg === "conformance-e2e" || pkg === "conformance"
       ? `${pkg}/src/`
-      : pkg === "mock-provider"
-        ? "apps/mock-provider/src/"
+      : pkg === "mock-provider" || pkg === "mock-openai"
+        ? `apps/${pkg}/src/`
         : pkg === "spec-reference"
           ? "spec/reference/"
           : pkg === "core-example"
