@@ -74,7 +74,8 @@ class SpliceWatch {
   private metadataId: string | undefined;
   private readonly positions = new Set<number>();
   /** Every `tool-call` part seen, by its id, tool and input text. */
-  private readonly toolCalls = new Set<string>();
+  /** Each `tool-call` part seen, by its id, tool and input: the item ids it came under ("" for none). */
+  private readonly toolCalls = new Map<string, string[]>();
 
   /** What a raw event shows of another response, or `undefined`. */
   raw(value: unknown): string | undefined {
@@ -121,18 +122,26 @@ class SpliceWatch {
    * `toolCallId`, tool and input): one call delivered again at another position, by a relay that
    * renumbers what it re-sends; the AI SDK would execute it again under the next ordinal
    * (STREAM-10). Calls that share an id and differ in their input are two calls (some models and
-   * servers repeat ids), and so are identical calls under distinct ids (TURN-4).
+   * servers repeat ids), and so are identical calls under distinct ids (TURN-4), and, on the
+   * Responses API, identical calls of two items (distinct item ids in the parts' `providerMetadata`,
+   * as `@ai-sdk/openai` gives them): a server that repeats `call_id`s gives two asks one.
    */
   repeatedCall(part: Part): string | undefined {
-    const call = part as { type: string; toolCallId?: unknown; toolName?: unknown; input?: unknown };
+    const call = part as { type: string; toolCallId?: unknown; toolName?: unknown; input?: unknown; providerMetadata?: unknown };
     if (call.type !== "tool-call" || typeof call.toolCallId !== "string" || call.toolCallId === "") return undefined;
     // Not on a Chat Completions body: compatible servers there repeat ids, and a model asking twice
     // for the same thing under one would fail every attempt (STREAM-10 leaves it to the side).
     if (this.chat) return undefined;
     const input = typeof call.input === "string" ? call.input : JSON.stringify(call.input);
     const seen = `${call.toolCallId}\u0000${String(call.toolName)}\u0000${input}`;
-    if (this.toolCalls.has(seen)) return `a tool-call part (${call.toolCallId}, ${String(call.toolName)}) repeats an earlier call of ${this.responseId ?? "this response"} whole, its input too: the call delivered again at another position`;
-    this.toolCalls.add(seen);
+    const itemId = itemIdOf(call.providerMetadata);
+    const items = this.toolCalls.get(seen);
+    // A repeat is of the same item, or where either part names none; looked for among them all.
+    if (items !== undefined && items.some((earlier) => earlier === "" || itemId === "" || earlier === itemId)) {
+      return `a tool-call part (${call.toolCallId}, ${String(call.toolName)}) repeats an earlier call of ${this.responseId ?? "this response"} whole, its input too: the call delivered again at another position`;
+    }
+    if (items === undefined) this.toolCalls.set(seen, [itemId]);
+    else items.push(itemId);
     return undefined;
   }
 
@@ -347,4 +356,14 @@ export function spliceGuard(options: Record<string, never> = {}): LanguageModelM
       return { ...result, stream };
     },
   };
+}
+
+/** The item id a provider put in a part's metadata (`@ai-sdk/openai`: `providerMetadata.openai.itemId`), or "". */
+function itemIdOf(metadata: unknown): string {
+  if (typeof metadata !== "object" || metadata === null) return "";
+  for (const value of Object.values(metadata as Record<string, unknown>)) {
+    const itemId = typeof value === "object" && value !== null ? (value as { itemId?: unknown }).itemId : undefined;
+    if (typeof itemId === "string" && itemId !== "") return itemId;
+  }
+  return "";
 }

@@ -52,6 +52,21 @@ describe("spliceGuard's signs of a second response (AISDK-16)", () => {
     expect(chat.seen.filter((p) => p.type === "tool-call")).toHaveLength(2);
   });
 
+  it("STREAM-10 on the Responses API: identical tool-call parts under one call_id with distinct item ids are two calls; a relay's repeat of the second (its item id again) is caught", async () => {
+    // A compatible server that repeats call_ids gives two identical asks one; @ai-sdk/openai puts each
+    // item's id in the part's providerMetadata. STREAM-10: distinct item ids are two calls.
+    const twin = (itemId: string) => ({ type: "tool-call", toolCallId: "call_0", toolName: "pay", input: '{"to":"acme"}', providerMetadata: { openai: { itemId } } });
+    const two = await guarded([], [twin("fc_1"), twin("fc_2"), { type: "finish" }]);
+    expect(two.error).toBeUndefined();
+    expect(two.seen.filter((p) => p.type === "tool-call")).toHaveLength(2);
+    const repeated = await guarded([], [twin("fc_1"), twin("fc_2"), twin("fc_2"), { type: "finish" }]);
+    expect(repeated.error).toBeInstanceOf(StreamIncompleteError);
+    expect(repeated.seen.filter((p) => p.type === "tool-call")).toHaveLength(2);
+    // A part without an item id is compared by id, tool and input alone.
+    const bare = await guarded([], [twin("fc_1"), { ...twin("fc_1"), providerMetadata: undefined }, { type: "finish" }]);
+    expect(bare.error).toBeInstanceOf(StreamIncompleteError);
+  });
+
   it("identical tool-call parts without an id (a provider that leaves ids out) are two asks, not a repeat: an empty id names nothing", async () => {
     const bare = { type: "tool-call", toolCallId: "", toolName: "pay", input: '{"to":"acme"}' };
     const r = await guarded([], [bare, { ...bare }, { type: "finish" }]);
