@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { ledgerChecks, memoryLedgerSubject, runChecks, type LedgerSubject } from "../src/index.js";
+import { kvSubject } from "./fixtures/kv-ledger.js";
 
 /**
  * The NATS trial (trials/ledger-nats, 2026-12-08): a right ledger whose maxResultBytes is below
@@ -32,4 +33,33 @@ describe("outledger-nats: the ~900 KB check stays within a smaller declared maxR
       expect(failures).toEqual([]);
     });
   }
+});
+
+/**
+ * The NATS trial's planted sweep (trials/ledger-nats/plants, "sweep-blind-delete"): a sweep that
+ * scans the bucket key by key and deletes a row it judged forgotten by name, not by the revision it
+ * read, removes a row a claim re-created between its read and its delete. The kit certified it:
+ * both sweep-race checks issue every claim at the sweep's start, while such a sweep is still
+ * listing, so it meets every row already claimed. The check that spreads the claims over the
+ * sweep's measured length rejects it (and the scan-free fixtures' sweeps still pass it).
+ */
+describe("outledger-nats: a sweep that scans and deletes by name, not by the version it judged", () => {
+  const subject = kvSubject("kv-sweepScansBlindDelete", { sweepScansBlindDelete: true });
+  const sweepRaces = (s: LedgerSubject) => ledgerChecks(s, { runs: 1, seed: SEED }).filter((c) => c.rule === "LEDGER-13" && /^sweep (racing|issued just after) claims/.test(c.name));
+
+  it("is rejected by LEDGER-13's sweep racing claims spread over its whole run", async () => {
+    const checks = sweepRaces(subject);
+    expect(checks.map((c) => c.name.slice(0, 40))).toHaveLength(3);
+    const report = await runChecks(checks, { subject: subject.name, seed: SEED, runs: 1 });
+    const failed = report.checks.filter((r) => r.status === "fail");
+    expect(failed.map((r) => r.name)).toEqual([expect.stringMatching(/^sweep racing claims spread over its whole run/)]);
+    expect(failed[0]!.error).toMatch(/the concurrent sweep removed a row after it was claimed again/);
+  }, 60_000);
+
+  it("the reference ledger and the fixture's right sweep pass the same checks", async () => {
+    for (const s of [memoryLedgerSubject(), kvSubject("kv-right")]) {
+      const report = await runChecks(sweepRaces(s), { subject: s.name, seed: SEED, runs: 1 });
+      expect(report.checks.filter((r) => r.status !== "pass").map((r) => `${r.name}: ${r.error}`)).toEqual([]);
+    }
+  }, 60_000);
 });

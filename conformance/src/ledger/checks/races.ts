@@ -201,6 +201,64 @@ export const sweepRacingClaimsWide: LedgerCheckSpec = {
     }),
 };
 
+const SPREAD_SWEEP_KEYS = 24;
+const SPREAD_SWEEP_ROUNDS = 8;
+
+/** Sets up `count` completed rows past their retention, side by side; returns their keys and fences. */
+async function rowsPastRetention(ctx: LedgerCheckContext, fixture: LedgerFixture, label: string, count: number): Promise<Array<{ key: string; fence: number }>> {
+  return Promise.all(
+    Array.from({ length: count }, async (_, i) => {
+      const key = ctx.key(`${label}-${i}`);
+      const fence = await claimNew(fixture.ledger, key, "owner-old", "keyed_write");
+      await fixture.ledger.complete(key, fence, '"old"');
+      await fixture.raw.expireRetention(key);
+      return { key, fence };
+    }),
+  );
+}
+
+export const sweepRacingSpreadClaims: LedgerCheckSpec = {
+  rule: "LEDGER-13",
+  name: `sweep racing claims spread over its whole run (${SPREAD_SWEEP_KEYS} rows past retention, ${SPREAD_SWEEP_ROUNDS} rounds, each claim at a seeded moment of the sweep's measured length) never removes a claimed row: a sweep that scans the store and removes each row it judged forgotten without the version it judged (a key-value store's delete by name, not by revision) removes a row claimed between its read and its delete`,
+  run: (ctx) =>
+    withFixture(ctx.subject, async (fixture) => {
+      const [sweeper, claimer] = await pair(ctx, fixture);
+      // The checks above issue every claim at the sweep's start: a sweep that reads and deletes
+      // row by row over a scan is still listing then, and meets every row already claimed. Here
+      // each claim goes out at a seeded moment of the sweep's length, measured on a first sweep.
+      await rowsPastRetention(ctx, fixture, "spread-calibrate", SPREAD_SWEEP_KEYS);
+      let started = performance.now();
+      await sweeper.sweep();
+      let lengthMs = performance.now() - started;
+      for (let round = 0; round < SPREAD_SWEEP_ROUNDS; round++) {
+        const keys = await rowsPastRetention(ctx, fixture, `spread-${round}`, SPREAD_SWEEP_KEYS);
+        const delays = keys.map(() => ctx.random() * lengthMs);
+        started = performance.now();
+        const swept = outcomeOf(sweeper.sweep()).then((outcome) => {
+          lengthMs = Math.max(1, performance.now() - started);
+          return outcome;
+        });
+        const claimed = await Promise.all(
+          keys.map(({ key }, i) => new Promise<void>((resolve) => setTimeout(resolve, delays[i])).then(() => claimer.claim(claimRequest(key, `owner-${i}`, "keyed_write")))),
+        );
+        must((await swept) === "ok", `round ${round}: sweep raised ${await swept}`);
+        const rows = await Promise.all(keys.map(({ key }) => fixture.raw.read(key)));
+        for (const [i, result] of claimed.entries()) {
+          const { fence } = keys[i]!;
+          const what = `round ${round}, key #${i} (claimed ${delays[i]!.toFixed(1)} ms into a sweep of about ${lengthMs.toFixed(1)} ms)`;
+          if (result.outcome !== "claimed") throw new ConformanceFailure(`${what}: a claim of a row past its retention got existing ${describeRow(result.row)}; it must be claimable`, { violates: "LEDGER-19" });
+          must(!result.takeover && (result.fence === 1 || result.fence === fence + 1), `${what}: a claim of a row past retention is a first claim, got fence ${result.fence}, takeover ${result.takeover}`);
+          const stored = rows[i];
+          if (stored?.state !== "in_flight" || Number(stored.fence) !== result.fence) {
+            throw new ConformanceFailure(
+              `${what}: the claim won (fence ${result.fence}) but the stored row is ${describeRow(stored)}: the concurrent sweep removed a row after it was claimed again (it deleted the row it had read without checking that the row was still the one it judged), so the claimed call runs with no row to protect it and the next claim of the key is a first claim`,
+            );
+          }
+        }
+      }
+    }),
+};
+
 /** Every check of this file, in order. */
 const TAKEOVER_ROUNDS = 4;
 const OTHER_FINISHES = ["failed", "unknown", "released"] as const;
@@ -271,4 +329,4 @@ export const claimCopyRacingFinish: LedgerCheckSpec = {
     }),
 };
 
-export const RACE_CHECKS: readonly LedgerCheckSpec[] = [renewRacingFinish, expiryRacingCompletion, sweepRacingClaims, sweepRacingClaimsWide, staleFinishRacingTakeover, claimCopyRacingFinish];
+export const RACE_CHECKS: readonly LedgerCheckSpec[] = [renewRacingFinish, expiryRacingCompletion, sweepRacingClaims, sweepRacingClaimsWide, sweepRacingSpreadClaims, staleFinishRacingTakeover, claimCopyRacingFinish];
