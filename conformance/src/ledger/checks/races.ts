@@ -201,61 +201,60 @@ export const sweepRacingClaimsWide: LedgerCheckSpec = {
     }),
 };
 
-const SPREAD_SWEEP_KEYS = 24;
-const SPREAD_SWEEP_ROUNDS = 8;
+const CHURN_KEYS = 8;
+const CHURN_CYCLES = 25;
 
-/** Sets up `count` completed rows past their retention, side by side; returns their keys and fences. */
-async function rowsPastRetention(ctx: LedgerCheckContext, fixture: LedgerFixture, label: string, count: number): Promise<Array<{ key: string; fence: number }>> {
-  return Promise.all(
-    Array.from({ length: count }, async (_, i) => {
-      const key = ctx.key(`${label}-${i}`);
-      const fence = await claimNew(fixture.ledger, key, "owner-old", "keyed_write");
-      await fixture.ledger.complete(key, fence, '"old"');
-      await fixture.raw.expireRetention(key);
-      return { key, fence };
-    }),
-  );
-}
-
-export const sweepRacingSpreadClaims: LedgerCheckSpec = {
+export const sweepRacingClaimChurn: LedgerCheckSpec = {
   rule: "LEDGER-13",
-  name: `sweep racing claims spread over its whole run (${SPREAD_SWEEP_KEYS} rows past retention, ${SPREAD_SWEEP_ROUNDS} rounds, each claim at a seeded moment of the sweep's measured length) never removes a claimed row: a sweep that scans the store and removes each row it judged forgotten without the version it judged (a key-value store's delete by name, not by revision) removes a row claimed between its read and its delete`,
+  name: `sweep run again and again while claims re-create, finish and age the rows it removes (${CHURN_KEYS} keys, ${CHURN_CYCLES} cycles of claim, complete, retention passed) never removes a claimed row: every claim of a row past its retention wins and its owner's complete succeeds; a sweep that scans the store and deletes by name a row it read earlier, not by the version it judged (a key-value store's delete without the revision), removes rows claimed between its read and its delete`,
   run: (ctx) =>
     withFixture(ctx.subject, async (fixture) => {
       const [sweeper, claimer] = await pair(ctx, fixture);
-      // The checks above issue every claim at the sweep's start: a sweep that reads and deletes
-      // row by row over a scan is still listing then, and meets every row already claimed. Here
-      // each claim goes out at a seeded moment of the sweep's length, measured on a first sweep.
-      await rowsPastRetention(ctx, fixture, "spread-calibrate", SPREAD_SWEEP_KEYS);
-      let started = performance.now();
-      await sweeper.sweep();
-      let lengthMs = performance.now() - started;
-      for (let round = 0; round < SPREAD_SWEEP_ROUNDS; round++) {
-        const keys = await rowsPastRetention(ctx, fixture, `spread-${round}`, SPREAD_SWEEP_KEYS);
-        const delays = keys.map(() => ctx.random() * lengthMs);
-        started = performance.now();
-        const swept = outcomeOf(sweeper.sweep()).then((outcome) => {
-          lengthMs = Math.max(1, performance.now() - started);
-          return outcome;
-        });
-        const claimed = await Promise.all(
-          keys.map(({ key }, i) => new Promise<void>((resolve) => setTimeout(resolve, delays[i])).then(() => claimer.claim(claimRequest(key, `owner-${i}`, "keyed_write")))),
-        );
-        must((await swept) === "ok", `round ${round}: sweep raised ${await swept}`);
-        const rows = await Promise.all(keys.map(({ key }) => fixture.raw.read(key)));
-        for (const [i, result] of claimed.entries()) {
-          const { fence } = keys[i]!;
-          const what = `round ${round}, key #${i} (claimed ${delays[i]!.toFixed(1)} ms into a sweep of about ${lengthMs.toFixed(1)} ms)`;
-          if (result.outcome !== "claimed") throw new ConformanceFailure(`${what}: a claim of a row past its retention got existing ${describeRow(result.row)}; it must be claimable`, { violates: "LEDGER-19" });
-          must(!result.takeover && (result.fence === 1 || result.fence === fence + 1), `${what}: a claim of a row past retention is a first claim, got fence ${result.fence}, takeover ${result.takeover}`);
-          const stored = rows[i];
-          if (stored?.state !== "in_flight" || Number(stored.fence) !== result.fence) {
+      // The checks above issue every claim at the sweep's start, when a sweep that scans the
+      // store row by row is still listing. Here each key is claimed, completed and aged past its
+      // retention over and over while sweeps run back to back, so some claim lands between a
+      // sweep's read of its row and that sweep's delete; nobody else claims these keys, so the
+      // owner's complete can be refused only if the row was removed under it.
+      let claimersDone = false;
+      let sweeps = 0;
+      const sweeping = (async () => {
+        while (!claimersDone) {
+          const swept = await outcomeOf(sweeper.sweep());
+          must(swept === "ok", `sweep #${sweeps} raised ${swept}`);
+          sweeps++;
+          // Yield to timers and I/O: a ledger whose sweep never leaves the microtask queue (the
+          // memory ledger) would otherwise starve the claimers waiting on them.
+          await new Promise((resolve) => setImmediate(resolve));
+        }
+      })();
+      const churn = async (i: number): Promise<void> => {
+        const key = ctx.key(`churn-${i}`);
+        let fence = 0;
+        for (let cycle = 0; cycle < CHURN_CYCLES; cycle++) {
+          const what = `key #${i}, cycle ${cycle} (${sweeps} sweeps so far)`;
+          const claimed = await claimer.claim(claimRequest(key, `owner-${i}`, "keyed_write"));
+          if (claimed.outcome !== "claimed") {
+            throw new ConformanceFailure(`${what}: a claim of a row past its retention (or of a new key) got existing ${describeRow(claimed.row)}; it must be claimable`, { violates: cycle === 0 ? "LEDGER-1" : "LEDGER-19" });
+          }
+          must(!claimed.takeover && (claimed.fence === 1 || claimed.fence === fence + 1), `${what}: a claim of a row past retention is a first claim, got fence ${claimed.fence}, takeover ${claimed.takeover}`);
+          fence = claimed.fence;
+          const completed = await outcomeOf(claimer.complete(key, fence, '"churn"'));
+          if (completed !== "ok") {
+            const stored = await fixture.raw.read(key);
             throw new ConformanceFailure(
-              `${what}: the claim won (fence ${result.fence}) but the stored row is ${describeRow(stored)}: the concurrent sweep removed a row after it was claimed again (it deleted the row it had read without checking that the row was still the one it judged), so the claimed call runs with no row to protect it and the next claim of the key is a first claim`,
+              `${what}: the claim won (fence ${fence}) and nobody else claimed the key, but its owner's complete got ${completed} and the stored row is ${describeRow(stored)}: a concurrent sweep removed the row after it was claimed again (it deleted a row it had read earlier without checking that the row was still the one it judged), so the claimed call ran with no row to protect it`,
             );
           }
+          await fixture.raw.expireRetention(key);
         }
+      };
+      try {
+        await Promise.all(Array.from({ length: CHURN_KEYS }, (_, i) => churn(i)));
+      } finally {
+        claimersDone = true;
+        await sweeping.catch(() => {});
       }
+      await sweeping;
     }),
 };
 
@@ -329,4 +328,4 @@ export const claimCopyRacingFinish: LedgerCheckSpec = {
     }),
 };
 
-export const RACE_CHECKS: readonly LedgerCheckSpec[] = [renewRacingFinish, expiryRacingCompletion, sweepRacingClaims, sweepRacingClaimsWide, sweepRacingSpreadClaims, staleFinishRacingTakeover, claimCopyRacingFinish];
+export const RACE_CHECKS: readonly LedgerCheckSpec[] = [renewRacingFinish, expiryRacingCompletion, sweepRacingClaims, sweepRacingClaimsWide, sweepRacingClaimChurn, staleFinishRacingTakeover, claimCopyRacingFinish];
