@@ -137,24 +137,41 @@ function convert(
   if (depth >= MAX_RESULT_DEPTH) {
     throw new CanonicalizationError("too_deep", pointer(path), `nested deeper than ${MAX_RESULT_DEPTH} levels`);
   }
-  if (
-    obj instanceof Map ||
-    obj instanceof Set ||
-    obj instanceof WeakMap ||
-    obj instanceof WeakSet ||
-    ArrayBuffer.isView(obj) ||
-    obj instanceof ArrayBuffer
-  ) {
-    const kind = (obj as { constructor?: { name?: string } }).constructor?.name ?? "object";
-    throw new CanonicalizationError("unsupported_type", pointer(path), `a ${kind} has no JSON form (JSON.stringify writes {})`);
+  // A Proxy's traps answer these (getPrototypeOf for instanceof; isArray throws for a revoked one):
+  // one that throws is an unreadable value, as a throwing getter is, never a foreign error that would
+  // leave a run that happened unrecorded.
+  let unsupported: string | undefined;
+  let isArray: boolean;
+  try {
+    if (
+      obj instanceof Map ||
+      obj instanceof Set ||
+      obj instanceof WeakMap ||
+      obj instanceof WeakSet ||
+      ArrayBuffer.isView(obj) ||
+      obj instanceof ArrayBuffer
+    ) {
+      unsupported = kindOf(obj);
+    }
+    isArray = Array.isArray(obj);
+  } catch (cause) {
+    throw new CanonicalizationError("unreadable", pointer(path), `its type cannot be read: ${describe(cause)}`);
+  }
+  if (unsupported !== undefined) {
+    throw new CanonicalizationError("unsupported_type", pointer(path), `a ${unsupported} has no JSON form (JSON.stringify writes {})`);
   }
   if (ancestors.has(obj)) throw new CanonicalizationError("cycle", pointer(path), "the value contains a cycle");
   ancestors.add(obj);
   try {
-    if (Array.isArray(obj)) {
+    if (isArray) {
       if (root !== undefined) root.flat = false;
-      const out: unknown[] = new Array(obj.length);
-      for (let i = 0; i < obj.length; i++) {
+      // Read once, as any member is: a proxy's get trap answers it too.
+      const length = read(obj, "length", path);
+      if (typeof length !== "number" || !Number.isSafeInteger(length) || length < 0) {
+        throw new CanonicalizationError("unreadable", pointer(path), `its length reads ${describe(length)}`);
+      }
+      const out: unknown[] = new Array(length);
+      for (let i = 0; i < length; i++) {
         const element = read(obj, String(i), path);
         path.push(i);
         const item = convert(element, String(i), path, depth + 1, ancestors, undefined);
@@ -191,6 +208,15 @@ function convert(
     return out;
   } finally {
     ancestors.delete(obj);
+  }
+}
+
+/** A class instance's constructor name, for a message; never throws (a proxy's get trap may). */
+function kindOf(obj: object): string {
+  try {
+    return (obj as { constructor?: { name?: string } }).constructor?.name ?? "object";
+  } catch {
+    return "object";
   }
 }
 
