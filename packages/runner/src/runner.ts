@@ -1070,7 +1070,7 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
           // (what its calls did is known), instead of leaving the message in progress forever.
           if (!isDispatchOnceError(error, "invalid_store_input")) throw error;
           lastFailure = { kind: "commit", error };
-          if (attempt >= this.retry.attempts || !this.retry.shouldRetry(lastFailure)) break;
+          if (attempt >= this.retry.attempts || !this.policyRetries(lastFailure, snapshot)) break;
           continue;
         }
         if (outcome.committed) {
@@ -1103,9 +1103,10 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
       // Whatever the app's policy: a retry is a re-send, and a call whose effect happened without
       // its result in hand (or is unknown) is not one a re-send can settle (RECORD-5, ERR-4).
       if (run.failure.kind === "call" && run.failure.calls.some(notSettledByResend)) break;
-      if (attempt >= this.retry.attempts || !this.retry.shouldRetry(run.failure)) break;
+      if (attempt >= this.retry.attempts || !this.policyRetries(run.failure, snapshot)) break;
+      const delayMs = this.policyBackoff(attempt, snapshot);
+      if (delayMs === undefined) break;
       this.emit({ type: "attempt_discarded", conversationId, turnIndex, attempt, reason: "retry" });
-      const delayMs = this.retry.backoffMs(attempt);
       this.emit({ type: "retry_scheduled", conversationId, turnIndex, attempt, delayMs });
       await sleep(delayMs);
     }
@@ -1978,6 +1979,40 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
       "a call an earlier turn of its message left unanswered was dispatched under its own turn's key: the dispatcher's turn() does not pass TurnDispatch.dispatch's options ({ at }) through, so the call may have run again (TURN-23); a CallDispatcher that wraps another must forward them",
       { carriedKey, key },
     );
+  }
+
+  /**
+   * The app's `retry.shouldRetry`, asked. One that throws is a policy that did not ask for a retry
+   * (its error logged): the turn fails with its record, which tells what its calls did (RECORD-5).
+   * Before, its error left runTurn bare: a payment made in the attempt was told as the policy's
+   * error, "possibly", with no record, and the message stayed in progress, every re-send meeting
+   * the same throw.
+   */
+  private policyRetries(failure: AttemptFailure, snapshot: TurnSnapshot): boolean {
+    try {
+      return Boolean(this.retry.shouldRetry(failure));
+    } catch (error) {
+      this.policyFailed("shouldRetry", snapshot, error);
+      return false;
+    }
+  }
+
+  /** The app's `retry.backoffMs(attempt)`, asked; undefined (no retry) when it throws, as `policyRetries`. */
+  private policyBackoff(attempt: number, snapshot: TurnSnapshot): number | undefined {
+    try {
+      return this.retry.backoffMs(attempt);
+    } catch (error) {
+      this.policyFailed("backoffMs", snapshot, error);
+      return undefined;
+    }
+  }
+
+  private policyFailed(member: "shouldRetry" | "backoffMs", snapshot: TurnSnapshot, error: unknown): void {
+    this.logger.warn(`the retry policy's ${member} threw; the turn is not retried and fails with its record`, {
+      conversationId: snapshot.conversationId,
+      turnIndex: snapshot.turnIndex,
+      error: describe(error),
+    });
   }
 
   /** Events are reports: a callback that throws is logged and changes nothing the runner does (OTEL-3). */
