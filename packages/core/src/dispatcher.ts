@@ -1685,11 +1685,18 @@ export class Dispatcher implements CallDispatcher {
     } catch (error) {
       return { verdict: "error", detail: describeError(error) };
     }
-    const outcome = typeof answer === "object" && answer !== null ? (answer as { outcome?: unknown }).outcome : undefined;
+    // The answer's members are read as the result's are: a getter or a proxy trap that throws is
+    // the probe's failure (RECON-5), never the dispatch's error with its claim renewed for ever.
+    let outcome: unknown;
+    try {
+      outcome = typeof answer === "object" && answer !== null ? (answer as { outcome?: unknown }).outcome : undefined;
+    } catch (error) {
+      return { verdict: "error", detail: `the probe's answer cannot be read: ${describeError(error)}` };
+    }
     switch (outcome) {
       case "performed": {
-        const result = (answer as { result?: unknown }).result;
         try {
+          const result = (answer as { result?: unknown }).result;
           const resultJson = canonicalize(toJsonData(result === undefined ? null : result));
           const size = utf8ByteLength(resultJson);
           if (size > this.ledger.capabilities.maxResultBytes) {
@@ -1703,7 +1710,12 @@ export class Dispatcher implements CallDispatcher {
       case "not_performed":
         return { verdict: "not_performed" };
       case "unknown": {
-        const reason = (answer as { reason?: unknown }).reason;
+        let reason: unknown;
+        try {
+          reason = (answer as { reason?: unknown }).reason;
+        } catch {
+          // Its reason is only a detail: the verdict stands without it.
+        }
         return typeof reason === "string" ? { verdict: "unknown", detail: reason } : { verdict: "unknown" };
       }
       default:

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { z } from "zod";
-import { Dispatcher, MemoryLedger, defineTool, isDispatchOnceError } from "../src/index.js";
+import { Dispatcher, MemoryLedger, ToolError, defineTool, isDispatchOnceError } from "../src/index.js";
 import { recordingLogger } from "./helpers.js";
 
 /*
@@ -74,6 +74,34 @@ describe("DISPATCH-7 a result whose reading throws is a result that cannot be st
       const again = await call(w.dispatcher);
       expect(isDispatchOnceError(again, "result_not_storable"), String(again)).toBe(true);
       expect(w.payments).toEqual(["acme 5"]);
+    });
+  }
+});
+
+describe("RECON-5 a probe's answer whose reading throws is the probe's failure, never the dispatch's error", () => {
+  // The run threw a transport error (disposition unknown), so the dispatcher asks the tool's probe.
+  const answers: [string, () => unknown, string, string][] = [
+    ["its outcome getter throws", () => ({ get outcome(): string { throw new Error("getter"); } }), "claim_released", "released"],
+    ["its reason getter throws (an unknown verdict)", () => ({ outcome: "unknown", get reason(): string { throw new Error("getter"); } }), "claim_released", "released"],
+    ["its result getter throws (a performed verdict)", () => ({ outcome: "performed", get result(): unknown { throw new Error("getter"); } }), "result_not_storable", "failed"],
+  ];
+  for (const [name, answer, code, state] of answers) {
+    it(`${name}: told ${code}, the row ${state}, never left in flight under a renewal`, async () => {
+      const pay = defineTool({
+        name: "send_payment",
+        effect: "keyed_write",
+        input: z.object({ payee: z.string() }),
+        run: async () => {
+          throw new ToolError("socket hang up", { disposition: "unknown" });
+        },
+        reconcile: async () => answer() as never,
+      });
+      const ledger = new MemoryLedger();
+      const dispatcher = new Dispatcher({ tools: [pay], ledger, logger: recordingLogger().logger });
+      const error = await dispatcher.dispatch({ name: "send_payment", input: { payee: "acme" } }, turn0).catch((e: unknown) => e);
+      expect(isDispatchOnceError(error, code as "claim_released"), String(error)).toBe(true);
+      const { rows } = await ledger.listRows();
+      expect(rows.map((row) => row.state)).toEqual([state]);
     });
   }
 });
