@@ -51,6 +51,7 @@ import {
   withDeadline,
   RunDeadline,
   RunDeadlines,
+  loggerOption,
 } from "@dispatch-once/core/internal";
 import { InvalidLedgerInputError, UnsafeStoreConfigError } from "./errors.js";
 import { CANCEL_LUA, CLAIM_LUA, FINISH_LUA, FORGET_LISTED_LUA, LIST_EXPIRED_LUA, LIST_ROWS_LUA, RENEW_LUA, RESOLVE_LUA, RETIRE_LUA } from "./scripts.js";
@@ -426,7 +427,13 @@ export class RedisLedger implements Ledger {
     // Volatile needs no proof; durable is proven before the first write unless the operator vouches for it.
     if (durability === "volatile" || options.verifyDurability === false) this.durabilityChecked = "ok";
     this.timeoutMs = nonNegativeInteger("commandTimeoutMs", options.commandTimeoutMs, DEFAULT_COMMAND_TIMEOUT_MS);
-    this.onWarning = options.onWarning ?? ((message) => console.warn(`[ledger-redis] ${message}`));
+    const onWarning = options.onWarning;
+    if (onWarning !== undefined && typeof onWarning !== "function") throw new InvalidLedgerInputError("onWarning", "must be a function");
+    // The sink is the app's: one that throws, or an async one that rejects, changes nothing and
+    // leaves no unhandled rejection (a lost claim's release is reported in the background), as
+    // core's logger option is guarded; its warning then goes to console.error.
+    const sink = loggerOption({ warn: (message: string) => (onWarning ?? ((m: string) => console.warn(`[ledger-redis] ${m}`)))(message) });
+    this.onWarning = (message) => sink.warn(message);
     this.capabilities = {
       durability,
       clock: "store",
