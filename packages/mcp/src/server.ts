@@ -628,6 +628,16 @@ function listedCall(row: LedgerRow): McpTurnCall {
  * matches. Each member is parsed by its own schema, so a shape of zod 3 or zod 4 schemas both work.
  */
 async function outputProblem(schema: unknown, result: CallToolResult): Promise<string | undefined> {
+  try {
+    return await outputIssues(schema, result);
+  } catch (error) {
+    // The schema is the app's: a refine or transform that throws is a check that failed, after the
+    // effect happened, never McpServer's bare error text for a payment made (MCP-6).
+    return `the outputSchema's check threw: ${error instanceof Error ? error.message : describeValue(error)}`;
+  }
+}
+
+async function outputIssues(schema: unknown, result: CallToolResult): Promise<string | undefined> {
   if (schema === undefined || result.isError === true) return undefined;
   const structured: unknown = result.structuredContent;
   if (!structured) return "the result carries no structuredContent";
