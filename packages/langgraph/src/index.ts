@@ -7,6 +7,7 @@ import type { RunnableConfig } from "@langchain/core/runnables";
 import { Annotation } from "@langchain/langgraph";
 import {
   InvalidArgumentError,
+  describeValue,
   effectOf,
   isDispatchOnceError,
   retryableOf,
@@ -89,8 +90,13 @@ export interface StopReasonOptions {
  */
 export function assertStopReason(message: BaseMessage, options: StopReasonOptions = {}): string {
   const read = options.stopReasonOf ?? stopReasonOf;
-  const reason = read(message);
-  if (reason === undefined) {
+  const reason: unknown = read(message);
+  // The app's reader: "" is no reason, as the default reader's is (taken for one, a cut stream's
+  // calls would run); anything but a string is its mistake, named, never a bare TypeError retried.
+  if (reason !== undefined && typeof reason !== "string") {
+    throw new InvalidArgumentError("options.stopReasonOf", `must return a stop reason (a string) or undefined, got ${describeValue(reason)}`);
+  }
+  if (reason === undefined || reason === "") {
     throw new StreamIncompleteError(contentBlocksOf(message), "a stop reason (the model's stream ended without message_stop, response.completed or finish_reason)");
   }
   const hasCalls = AIMessage.isInstance(message) && ((message.tool_calls?.length ?? 0) > 0 || (message.invalid_tool_calls?.length ?? 0) > 0);
