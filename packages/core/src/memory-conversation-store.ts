@@ -19,6 +19,7 @@ import type {
 } from "./conversation.js";
 import { ConversationLeaseLostError, InvalidStoreInputError, describeValue } from "./errors/index.js";
 import { CONVERSATION_ID_PATTERN } from "./key.js";
+import { checkedClock } from "./memory-ledger.js";
 import { checkFailedTurnsQuery, checkStalledMessagesQuery, encodeFailedTurnsCursor, isAfterPosition } from "./failed-turns.js";
 import { checkCallKeys, checkLeaseGrantId, checkLeaseOwner, checkReopenWithinMs, checkStoreJson, checkUserMessage, checkTurnLeaseMs } from "./internal/store-rows.js";
 
@@ -91,7 +92,7 @@ export class MemoryConversationStore implements ConversationStore {
     const unknown = Object.keys(options).find((name) => name !== "now");
     if (unknown !== undefined) throw new InvalidStoreInputError(unknown, "is not an option of MemoryConversationStore (its options: now)");
     if (options.now !== undefined && typeof options.now !== "function") throw new InvalidStoreInputError("now", "expected a function returning milliseconds");
-    this.now = options.now ?? Date.now;
+    this.now = options.now === undefined ? Date.now : checkedClock(options.now, (reason) => new InvalidStoreInputError("now", reason));
   }
 
   async appendUserMessage(conversationId: string, message: { id: string; content: JsonValue }, options?: AppendOptions): Promise<AppendResult> {

@@ -75,6 +75,20 @@ function checkMemoryLedgerOptions(options: unknown): asserts options is MemoryLe
   }
 }
 
+/**
+ * The app's clock, each reading checked: one that answers anything but a finite number (a Date,
+ * NaN, undefined) is refused, never used. Used, every lease measured by it had passed at once, and
+ * a second claimant took a live claim over while its tool ran (the same effect run twice).
+ * @internal
+ */
+export function checkedClock(now: () => number, refuse: (reason: string) => Error): () => number {
+  return () => {
+    const value: unknown = now();
+    if (typeof value !== "number" || !Number.isFinite(value)) throw refuse(`must return a finite number of milliseconds, got ${describeValue(value)}`);
+    return value;
+  };
+}
+
 /** UTF-8 byte length of a string, without allocating a Buffer. */
 export function utf8ByteLength(text: string): number {
   let bytes = 0;
@@ -148,7 +162,7 @@ export class MemoryLedger implements Ledger {
 
   constructor(options: MemoryLedgerOptions = {}) {
     checkMemoryLedgerOptions(options);
-    this.now = options.now ?? Date.now;
+    this.now = options.now === undefined ? Date.now : checkedClock(options.now, (reason) => new InvalidLedgerInputError("now", reason));
     this.retentionMs = options.retentionMs ?? DEFAULT_RETENTION_MS;
     this.capabilities = {
       durability: "volatile",

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { z } from "zod";
-import { Dispatcher, MemoryLedger, ToolError, defineTool, isDispatchOnceError } from "../src/index.js";
+import { Dispatcher, MemoryConversationStore, MemoryLedger, ToolError, defineTool, isDispatchOnceError } from "../src/index.js";
 import { recordingLogger } from "./helpers.js";
 
 /*
@@ -102,6 +102,33 @@ describe("RECON-5 a probe's answer whose reading throws is the probe's failure, 
       expect(isDispatchOnceError(error, code as "claim_released"), String(error)).toBe(true);
       const { rows } = await ledger.listRows();
       expect(rows.map((row) => row.state)).toEqual([state]);
+    });
+  }
+});
+
+describe("LEDGER-20 an application clock (MemoryLedger's and MemoryConversationStore's `now`) that answers no number is refused, never used", () => {
+  // `now: () => new Date()` is the likely slip. Used, every lease had passed at once: a second
+  // claimant took the live claim over (fence 2) while the first one's tool ran.
+  const readings: [string, unknown][] = [
+    ["a Date", new Date(0)],
+    ["NaN", NaN],
+    ["undefined", undefined],
+  ];
+  for (const [name, reading] of readings) {
+    it(`${name}: the claim is refused with invalid_ledger_input (field now), no claim is taken over`, async () => {
+      const ledger = new MemoryLedger({ now: () => reading as number });
+      const request = { key: "k_clock", toolName: "send_payment", effect: "keyed_write" as const, owner: "a", leaseMs: 30_000, request: "{}" };
+      const first = await ledger.claim(request).catch((e: unknown) => e);
+      expect(isDispatchOnceError(first, "invalid_ledger_input"), JSON.stringify(first)).toBe(true);
+      expect(first).toMatchObject({ field: "now" });
+      const second = await ledger.claim({ ...request, owner: "b" }).catch((e: unknown) => e);
+      expect(isDispatchOnceError(second, "invalid_ledger_input"), JSON.stringify(second)).toBe(true);
+    });
+    it(`${name}: the conversation store refuses its turn lease with invalid_store_input (field now)`, async () => {
+      const store = new MemoryConversationStore({ now: () => reading as number });
+      const error = await store.acquireLease("conv_clock", "runner-a", 30_000).catch((e: unknown) => e);
+      expect(isDispatchOnceError(error, "invalid_store_input"), String(error)).toBe(true);
+      expect(error).toMatchObject({ field: "now" });
     });
   }
 });
