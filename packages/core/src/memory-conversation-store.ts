@@ -19,7 +19,7 @@ import type {
 } from "./conversation.js";
 import { ConversationLeaseLostError, InvalidStoreInputError, describeValue } from "./errors/index.js";
 import { CONVERSATION_ID_PATTERN } from "./key.js";
-import { checkedClock } from "./memory-ledger.js";
+import { checkedClock } from "./internal/options.js";
 import { checkFailedTurnsQuery, checkStalledMessagesQuery, encodeFailedTurnsCursor, isAfterPosition } from "./failed-turns.js";
 import { checkCallKeys, checkLeaseGrantId, checkLeaseOwner, checkReopenWithinMs, checkStoreJson, checkUserMessage, checkTurnLeaseMs } from "./internal/store-rows.js";
 

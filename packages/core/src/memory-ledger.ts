@@ -1,6 +1,6 @@
 import { InvalidLedgerInputError, ResolutionRefusedError, ResultNotStorableError, StaleClaimError, describeValue, type StoredError } from "./errors/index.js";
 import { checkClaimRequest, checkExpiredInFlightOptions, checkLedgerKey, checkLedgerLeaseMs, checkStoredError } from "./internal/ledger-rows.js";
-import { unknownOptionMessage, unknownOptionName, type OptionNames } from "./internal/options.js";
+import { checkedClock, unknownOptionMessage, unknownOptionName, type OptionNames } from "./internal/options.js";
 import {
   checkListQuery,
   checkResolveRequest,
@@ -73,20 +73,6 @@ function checkMemoryLedgerOptions(options: unknown): asserts options is MemoryLe
       throw new InvalidLedgerInputError(field, `expected a positive integer, got ${describeValue(value)}`);
     }
   }
-}
-
-/**
- * The app's clock, each reading checked: one that answers anything but a finite number (a Date,
- * NaN, undefined) is refused, never used. Used, every lease measured by it had passed at once, and
- * a second claimant took a live claim over while its tool ran (the same effect run twice).
- * @internal
- */
-export function checkedClock(now: () => number, refuse: (reason: string) => Error): () => number {
-  return () => {
-    const value: unknown = now();
-    if (typeof value !== "number" || !Number.isFinite(value)) throw refuse(`must return a finite number of milliseconds, got ${describeValue(value)}`);
-    return value;
-  };
 }
 
 /** UTF-8 byte length of a string, without allocating a Buffer. */

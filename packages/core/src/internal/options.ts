@@ -1,3 +1,5 @@
+import { describeValue } from "../errors/index.js";
+
 /**
  * Every option an adapter takes, named once: a mapped type over the options interface, so a
  * member added to the interface and not named here fails to compile, and a name that is not a
@@ -22,3 +24,16 @@ export function unknownOptionMessage(owner: string, known: Readonly<Record<strin
 
 /** The longest delay a timer takes: past 2^31 - 1 ms, setTimeout fires at once. Bounds every ms option that sets a timer. */
 export const MAX_TIMER_MS = 2 ** 31 - 1;
+
+/**
+ * The app's clock, each reading checked: one that answers anything but a finite number (a Date,
+ * NaN, undefined) is refused, never used. Used, every lease measured by it had passed at once, and
+ * a second claimant took a live claim over while its tool ran (the same effect run twice).
+ */
+export function checkedClock(now: () => number, refuse: (reason: string) => Error): () => number {
+  return () => {
+    const value: unknown = now();
+    if (typeof value !== "number" || !Number.isFinite(value)) throw refuse(`must return a finite number of milliseconds, got ${describeValue(value)}`);
+    return value;
+  };
+}
