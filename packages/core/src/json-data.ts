@@ -167,7 +167,8 @@ function convert(
       if (root !== undefined) root.flat = false;
       // Read once, as any member is: a proxy's get trap answers it too.
       const length = read(obj, "length", path);
-      if (typeof length !== "number" || !Number.isSafeInteger(length) || length < 0) {
+      // An array's length is at most 2^32 - 1; a proxy that claims more would make `new Array` throw.
+      if (typeof length !== "number" || !Number.isInteger(length) || length < 0 || length > 0xffff_ffff) {
         throw new CanonicalizationError("unreadable", pointer(path), `its length reads ${describe(length)}`);
       }
       const out: unknown[] = new Array(length);

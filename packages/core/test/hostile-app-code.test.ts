@@ -52,6 +52,16 @@ describe("DISPATCH-7 a result whose reading throws is a result that cannot be st
           },
         }),
     ],
+    [
+      "a proxy over an array that claims a length no array has (2^40)",
+      () =>
+        new Proxy([1], {
+          get(target, name) {
+            if (name === "length") return 2 ** 40;
+            return Reflect.get(target, name) as unknown;
+          },
+        }),
+    ],
     // A Map is refused, naming its class: reading the name throws.
     [
       "a proxy over a Map whose constructor cannot be read",
